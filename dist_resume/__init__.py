@@ -1,0 +1,1 @@
+"""dist-resume: exact, elastic mid-epoch resume for PyTorch training jobs."""
