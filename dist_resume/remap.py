@@ -43,11 +43,20 @@ class ResumePlan:
     def remaining_batches(self, rank: int) -> int:
         return self.layout.num_batches(rank) - self.consumed[rank]
 
-    def batches(self, rank: int) -> Iterator[list[int]]:
-        """The positions of each batch rank `rank` consumes next (padding included)."""
+    def batches(self, rank: int) -> Iterator[PlannedBatch]:
+        """The batches rank `rank` consumes next, in order."""
         for index in range(self.consumed[rank], self.layout.num_batches(rank)):
             positions, _ = rank_positions(self.plan, self.layout, rank, index, index + 1)
-            yield positions.tolist()
+            yield PlannedBatch(positions.tolist(), self.layout.batch(rank, index).padding)
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """Positions of one batch in the epoch order; the last `padding` of them repeat the
+    start of the epoch (G2 padding)."""
+
+    positions: list[int]
+    padding: int
 
 
 def plan_resume(state_dict: Mapping[str, Any], world_size: int, batch_size: int | None = None) -> ResumePlan:
@@ -55,65 +64,94 @@ def plan_resume(state_dict: Mapping[str, Any], world_size: int, batch_size: int 
     one) resuming from a loader state that holds the entries of every saved rank."""
     saved = decode(state_dict)
     saved.require_complete("planning a resume")
-    resumes = [resume_rank(saved, world_size, batch_size or saved.any.batch_size, rank) for rank in range(world_size)]
+    resumer = _Resumer(saved, world_size, batch_size or saved.any.batch_size)
+    resumes = [resumer.rank(rank) for rank in range(world_size)]
     first = resumes[0]
+    if any(r.epoch != first.epoch for r in resumes):
+        raise ResumeStateError(
+            "saved ranks are in different epochs; each continues its own epoch at this world size, "
+            "there is no common plan to show"
+        )
     return ResumePlan(first.epoch, first.plan, first.layout, tuple(r.batches_consumed for r in resumes))
 
 
 def resume_rank(saved: SavedStates, world_size: int, batch_size: int, rank: int) -> RankResume:
     """Where rank `rank` of `world_size` continues. Needs only its own entry when the world
     size and batch size are unchanged, every saved rank's entry otherwise."""
-    any_state = saved.any
-    mode = TailMode.of(bool(any_state.drop_last), bool(any_state.even_batches))
-    length = any_state.dataset_length
-    if world_size == any_state.world_size and batch_size == any_state.batch_size:
+    return _Resumer(saved, world_size, batch_size).rank(rank)
+
+
+class _Resumer:
+    """Resumes any rank of one new job; the re-partitioning is computed once for all."""
+
+    def __init__(self, saved: SavedStates, world_size: int, batch_size: int) -> None:
+        self.saved = saved
+        self.world_size = world_size
+        self.batch_size = batch_size
+        any_state = saved.any
+        self.mode = TailMode.of(bool(any_state.drop_last), bool(any_state.even_batches))
+        self.length = any_state.dataset_length
+        self.unchanged = (world_size, batch_size) == (any_state.world_size, any_state.batch_size)
+        self._saved_plan: Plan | None = None
+        self._remapped: RankResume | None = None
+
+    def rank(self, rank: int) -> RankResume:
+        if not self.unchanged:
+            if self._remapped is None:
+                self._remapped = self._remap()
+            return self._remapped
+        saved = self.saved
         if rank not in saved.ranks:
             saved.require_complete(f"resuming rank {rank}")
         state = saved.ranks[rank]
-        plan = _plan_of(saved, state.epoch, length, mode)
-        layout = Layout(plan.length, world_size, batch_size, mode)
+        plan = self._plan_of(state.epoch)
+        layout = Layout(plan.length, self.world_size, self.batch_size, self.mode)
         _check_progress(state, layout)
         return RankResume(state.epoch, plan, layout, state.batches_consumed, state.samples_consumed, False)
 
-    if Sampling(any_state.sampling) is not Sampling.EPOCH_ORDER:
-        if world_size != any_state.world_size:
+    def _remap(self) -> RankResume:
+        saved, world_size, batch_size = self.saved, self.world_size, self.batch_size
+        any_state = saved.any
+        if Sampling(any_state.sampling) is not Sampling.EPOCH_ORDER:
+            if world_size != any_state.world_size:
+                raise ResumeStateError(
+                    f"loader state was saved at world size {any_state.world_size} with a custom sampler or "
+                    f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
+                    "(a custom sampler's indices cannot be re-partitioned over ranks)"
+                )
             raise ResumeStateError(
-                f"loader state was saved at world size {any_state.world_size} with a custom sampler or "
-                f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
-                "(a custom sampler's indices cannot be re-partitioned over ranks)"
+                f"loader state was saved with a custom batch_sampler of batch size {any_state.batch_size}; "
+                f"this loader has batch size {batch_size}"
             )
-        raise ResumeStateError(
-            f"loader state was saved with a custom batch_sampler of batch size {any_state.batch_size}; "
-            f"this loader has batch size {batch_size}"
+        saved.require_complete(
+            f"resuming at world size {world_size}, batch size {batch_size} "
+            f"(saved: world size {any_state.world_size}, batch size {any_state.batch_size})"
         )
-    saved.require_complete(
-        f"resuming at world size {world_size}, batch size {batch_size} "
-        f"(saved: world size {any_state.world_size}, batch size {any_state.batch_size})"
-    )
-    epochs = {state.epoch for state in saved.ranks.values()}
-    if len(epochs) > 1:
-        where = ", ".join(f"rank {r} in epoch {s.epoch}" for r, s in sorted(saved.ranks.items()))
-        raise ResumeStateError(
-            f"saved ranks stopped in different epochs ({where}); a resume at another world size or "
-            f"batch size needs them in one epoch: resume at world size {any_state.world_size}, "
-            f"batch size {any_state.batch_size} until the epoch ends"
-        )
-    epoch = epochs.pop()
-    plan = _plan_of(saved, epoch, length, mode)
-    old_layout = Layout(plan.length, any_state.world_size, any_state.batch_size, mode)
-    for state in saved.ranks.values():
-        _check_progress(state, old_layout)
-    consumed = [saved.ranks[r].batches_consumed for r in range(any_state.world_size)]
-    new_plan = plan.after(old_layout, consumed)
-    return RankResume(epoch, new_plan, Layout(new_plan.length, world_size, batch_size, mode), 0, 0, True)
+        epochs = {state.epoch for state in saved.ranks.values()}
+        if len(epochs) > 1:
+            where = ", ".join(f"rank {r} in epoch {s.epoch}" for r, s in sorted(saved.ranks.items()))
+            raise ResumeStateError(
+                f"saved ranks stopped in different epochs ({where}); a resume at another world size or "
+                f"batch size needs them in one epoch: resume at world size {any_state.world_size}, "
+                f"batch size {any_state.batch_size} until the epoch ends"
+            )
+        epoch = epochs.pop()
+        plan = self._plan_of(epoch)
+        old_layout = Layout(plan.length, any_state.world_size, any_state.batch_size, self.mode)
+        for state in saved.ranks.values():
+            _check_progress(state, old_layout)
+        consumed = [saved.ranks[r].batches_consumed for r in range(any_state.world_size)]
+        new_plan = plan.after(old_layout, consumed)
+        return RankResume(epoch, new_plan, Layout(new_plan.length, world_size, batch_size, self.mode), 0, 0, True)
 
-
-def _plan_of(saved: SavedStates, epoch: int, length: int, mode: TailMode) -> Plan:
-    try:
-        plan = Plan.decode(saved.plan_values, length, mode, epoch)
-    except ValueError as error:
-        raise ResumeStateError(f"loader state's elastic plan is invalid: {error}") from None
-    return plan if plan.epoch == epoch else Plan(length, mode, epoch)
+    def _plan_of(self, epoch: int) -> Plan:
+        if self._saved_plan is None:
+            try:
+                self._saved_plan = Plan.decode(self.saved.plan_values, self.length, self.mode, epoch)
+            except ValueError as error:
+                raise ResumeStateError(f"loader state's elastic plan is invalid: {error}") from None
+        plan = self._saved_plan
+        return plan if plan.epoch == epoch and plan.levels else Plan(self.length, self.mode, epoch)
 
 
 def _check_progress(state, layout: Layout) -> None:

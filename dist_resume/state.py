@@ -2,7 +2,7 @@
 
 Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
 
-    {ELASTIC_GUARD_KEY: int64[N, K] (no elements),  # replicated
+    {ELASTIC_GUARD_KEY: int64[N, K, 0] (no elements),  # replicated
      "plan": int64[K],                              # replicated: the elastic plan, [] if none
      "rank_r": {"progress": int64[len(FIELDS)],     # this rank's own entry
                 "sampler": ...}}                    # a stateful user sampler's state, if any
@@ -19,7 +19,7 @@ import torch
 
 from .seeds import derive_seed
 
-# Replicated zero-element tensor of shape (world_size, plan_length). Plain `dcp.load`
+# Replicated zero-element tensor of shape (world_size, plan_length, 0). Plain `dcp.load`
 # into a loader whose layout differs fails DCP's size check on this key, so the
 # error DCP raises names the elastic entry point.
 ELASTIC_GUARD_KEY = "elastic_guard__load_with_dist_resume_load_checkpoint"
@@ -133,7 +133,7 @@ def encode(state: RankState, plan_values: list[int], sampler_state: Any = None) 
     if sampler_state is not None:
         entry[SAMPLER_KEY] = sampler_state
     return {
-        ELASTIC_GUARD_KEY: torch.empty((state.world_size, len(plan_values)), dtype=torch.int64),
+        ELASTIC_GUARD_KEY: torch.empty((state.world_size, len(plan_values), 0), dtype=torch.int64),
         PLAN_KEY: torch.tensor(plan_values, dtype=torch.int64),
         rank_key(state.rank): entry,
     }
