@@ -29,6 +29,7 @@ from dist_resume.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
+    StorageError,
 )
 from dist_resume.nested import set_path
 from dist_resume.safe_load import SafeLoadPlanner, unpickle_metadata
@@ -126,6 +127,8 @@ def _committed_steps(loc: Location) -> dict[int, str]:
     loc.fs.invalidate_cache()  # other processes commit: never trust a cached listing
     try:
         markers = retry(loc.fs.glob, loc.join("step_*", MARKER))
+    except FileNotFoundError:
+        markers = []  # nothing saved yet (_choose tells a missing bucket apart)
     except Exception as exc:
         raise loc.error("list checkpoints at", loc.root, exc) from None
     steps = {}
@@ -147,7 +150,7 @@ def _check_container(loc: Location) -> None:
     except Exception as exc:
         raise loc.error("list checkpoints at", loc.root, exc) from None
     if not exists:
-        raise CheckpointError(f"cannot read checkpoints at {loc.url}: bucket '{bucket}' does not exist")
+        raise StorageError(f"cannot read checkpoints at {loc.url}: bucket '{bucket}' does not exist")
 
 
 def _read_marker(loc: Location, directory: str) -> dict[str, Any]:

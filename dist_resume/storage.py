@@ -183,6 +183,19 @@ def write_atomic(loc: Location, path: str, data: bytes) -> None:
         os.close(directory)
 
 
+class _KeepOpen:
+    """DCP closes the stream it wrote to; the spool must stay open until it is uploaded."""
+
+    def __init__(self, spool: Any) -> None:
+        self._spool = spool
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spool, name)
+
+
 class _RetryingFileSystem(FileSystem):
     """torch's fsspec adapter for DCP, with retries; object-store writes are spooled locally
     and uploaded whole, so a transient failure retries the upload rather than failing DCP."""
@@ -203,7 +216,7 @@ class _RetryingFileSystem(FileSystem):
                 yield stream
         else:
             with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spool:
-                yield spool
+                yield _KeepOpen(spool)
                 retry(self._upload, spool, path)
 
     def _upload(self, spool: Any, path: str) -> None:
