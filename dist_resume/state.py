@@ -1,6 +1,281 @@
-"""The loader's saved state: field layout, encoding to int64 tensors, validation."""
+"""The loader's saved state: int64 tensors, one entry per rank, and their validation (G5, G6).
+
+Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
+
+    {ELASTIC_GUARD_KEY: int64[N, K] (no elements),  # replicated
+     "plan": int64[K],                              # replicated: the elastic plan, [] if none
+     "rank_r": {"progress": int64[len(FIELDS)],     # this rank's own entry
+                "sampler": ...}}                    # a stateful user sampler's state, if any
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+import torch
+
+from .seeds import derive_seed
 
 # Replicated zero-element tensor of shape (world_size, plan_length). Plain `dcp.load`
 # into a loader whose layout differs fails DCP's size check on this key, so the
 # error DCP raises names the elastic entry point.
 ELASTIC_GUARD_KEY = "elastic_guard__load_with_dist_resume_load_checkpoint"
+PLAN_KEY = "plan"
+PROGRESS_KEY = "progress"
+SAMPLER_KEY = "sampler"
+FORMAT_VERSION = 1
+_RANK_PREFIX = "rank_"
+
+
+class ResumeStateError(ValueError):
+    """A loader state that cannot be resumed by this loader, with the reason."""
+
+
+class Sampling(enum.IntEnum):
+    """Where a loader's indices come from."""
+
+    EPOCH_ORDER = 0  # the loader's own (seed, epoch) order, sharded over ranks
+    SAMPLER = 1  # a user sampler, batched by the loader
+    BATCH_SAMPLER = 2  # a user batch sampler
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a state must share with the loader that loads it."""
+
+    dataset_length: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+    even_batches: bool
+    sampling: Sampling
+
+    def describe_mode(self) -> str:
+        return f"drop_last={self.drop_last}, even_batches={self.even_batches}"
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One rank's progress through its current epoch."""
+
+    version: int
+    dataset_length: int
+    seed: int
+    shuffle: int
+    drop_last: int
+    even_batches: int
+    sampling: int
+    epoch: int
+    world_size: int
+    rank: int
+    batch_size: int
+    global_batch: int
+    batches_consumed: int
+    samples_consumed: int
+    epoch_finished: int
+    plan_digest: int
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(
+            self.dataset_length,
+            self.seed,
+            bool(self.shuffle),
+            bool(self.drop_last),
+            bool(self.even_batches),
+            Sampling(self.sampling),
+        )
+
+    def to_tensor(self) -> torch.Tensor:
+        return torch.tensor(astuple(self), dtype=torch.int64)
+
+    @classmethod
+    def from_tensor(cls, values: Any, key: str) -> RankState:
+        if not isinstance(values, torch.Tensor) or values.dtype != torch.int64 or values.dim() != 1:
+            raise ResumeStateError(f"loader state entry {key!r} is not a 1-D int64 tensor")
+        numbers = values.tolist()
+        if not numbers:
+            raise ResumeStateError(f"loader state entry {key!r} is empty")
+        if numbers[0] != FORMAT_VERSION:
+            raise ResumeStateError(
+                f"loader state entry {key!r} has format version {numbers[0]}; "
+                f"this dist_resume reads version {FORMAT_VERSION}"
+            )
+        if len(numbers) != len(FIELDS):
+            raise ResumeStateError(
+                f"loader state entry {key!r} has {len(numbers)} fields, version {FORMAT_VERSION} has {len(FIELDS)}"
+            )
+        state = cls(*numbers)
+        try:
+            Sampling(state.sampling)
+        except ValueError:
+            raise ResumeStateError(f"loader state entry {key!r} has unknown sampling kind {state.sampling}") from None
+        return state
+
+
+FIELDS = tuple(field.name for field in fields(RankState))
+
+
+def plan_digest(plan_values: list[int]) -> int:
+    return derive_seed(len(plan_values), *plan_values)
+
+
+def rank_key(rank: int) -> str:
+    return f"{_RANK_PREFIX}{rank}"
+
+
+def encode(state: RankState, plan_values: list[int], sampler_state: Any = None) -> dict[str, Any]:
+    """The state dict of one rank (see the module docstring)."""
+    entry: dict[str, Any] = {PROGRESS_KEY: state.to_tensor()}
+    if sampler_state is not None:
+        entry[SAMPLER_KEY] = sampler_state
+    return {
+        ELASTIC_GUARD_KEY: torch.empty((state.world_size, len(plan_values)), dtype=torch.int64),
+        PLAN_KEY: torch.tensor(plan_values, dtype=torch.int64),
+        rank_key(state.rank): entry,
+    }
+
+
+@dataclass
+class SavedStates:
+    """Every rank entry found in a loaded state dict, checked against each other."""
+
+    ranks: dict[int, RankState]
+    plan_values: list[int]
+    sampler_states: dict[int, Any]
+
+    @property
+    def any(self) -> RankState:
+        return next(iter(self.ranks.values()))
+
+    @property
+    def complete(self) -> bool:
+        return len(self.ranks) == self.any.world_size
+
+    def require_complete(self, why: str) -> None:
+        world_size = self.any.world_size
+        missing = sorted(set(range(world_size)) - set(self.ranks))
+        if missing:
+            raise ResumeStateError(
+                f"loader state holds ranks {sorted(self.ranks)} of a world of {world_size}, "
+                f"ranks {missing} are missing: {why} needs every rank's state "
+                "(use dist_resume.load_checkpoint, or merge the state_dict() of every rank)"
+            )
+
+    def check_identity(self, identity: Identity) -> None:
+        """G6: a state for another dataset, seed, shuffle or sharding mode is refused."""
+        saved = self.any.identity
+        if saved.dataset_length != identity.dataset_length:
+            raise ResumeStateError(
+                f"loader state was saved for a dataset of {saved.dataset_length} samples; "
+                f"this loader's dataset has {identity.dataset_length}"
+            )
+        if saved.seed != identity.seed:
+            raise ResumeStateError(f"loader state was saved with seed {saved.seed}; this loader has seed {identity.seed}")
+        if saved.shuffle != identity.shuffle:
+            raise ResumeStateError(
+                f"loader state was saved with shuffle={saved.shuffle}; this loader has shuffle={identity.shuffle}"
+            )
+        if (saved.drop_last, saved.even_batches) != (identity.drop_last, identity.even_batches):
+            raise ResumeStateError(
+                f"loader state was saved with {saved.describe_mode()}; this loader has {identity.describe_mode()}"
+            )
+        if saved.sampling != identity.sampling:
+            raise ResumeStateError(
+                f"loader state was saved with sampling by {_SAMPLING_WORDS[saved.sampling]}; "
+                f"this loader samples by {_SAMPLING_WORDS[identity.sampling]}"
+            )
+
+
+_SAMPLING_WORDS = {
+    Sampling.EPOCH_ORDER: "the loader's own epoch order",
+    Sampling.SAMPLER: "a custom sampler",
+    Sampling.BATCH_SAMPLER: "a custom batch_sampler",
+}
+
+# Fields on which every rank entry of one save must agree.
+_SHARED_FIELDS = (
+    "dataset_length",
+    "seed",
+    "shuffle",
+    "drop_last",
+    "even_batches",
+    "sampling",
+    "world_size",
+    "batch_size",
+    "global_batch",
+)
+
+
+def decode(state_dict: Mapping[str, Any]) -> SavedStates:
+    """The rank entries of a loader state dict (one rank's, or several ranks' merged)."""
+    if not isinstance(state_dict, Mapping):
+        raise ResumeStateError(f"loader state must be a mapping, got {type(state_dict).__name__}")
+    ranks: dict[int, RankState] = {}
+    samplers: dict[int, Any] = {}
+    for key, entry in state_dict.items():
+        if not (isinstance(key, str) and key.startswith(_RANK_PREFIX)):
+            continue
+        number = key[len(_RANK_PREFIX) :]
+        if not number.isdigit():
+            raise ResumeStateError(f"loader state has a malformed rank key {key!r}")
+        if not isinstance(entry, Mapping) or PROGRESS_KEY not in entry:
+            raise ResumeStateError(f"loader state entry {key!r} has no {PROGRESS_KEY!r} tensor")
+        state = RankState.from_tensor(entry[PROGRESS_KEY], key)
+        if state.rank != int(number):
+            raise ResumeStateError(f"loader state entry {key!r} says it belongs to rank {state.rank}")
+        ranks[state.rank] = state
+        if SAMPLER_KEY in entry:
+            samplers[state.rank] = entry[SAMPLER_KEY]
+    if not ranks:
+        raise ResumeStateError("loader state has no rank entries (expected keys like 'rank_0')")
+    plan = state_dict.get(PLAN_KEY)
+    if not isinstance(plan, torch.Tensor) or plan.dtype != torch.int64 or plan.dim() != 1:
+        raise ResumeStateError(f"loader state has no 1-D int64 {PLAN_KEY!r} tensor")
+    plan_values = plan.tolist()
+    first_rank = min(ranks)
+    first = ranks[first_rank]
+    for rank in sorted(ranks):
+        state = ranks[rank]
+        for name in _SHARED_FIELDS:
+            if getattr(state, name) != getattr(first, name):
+                raise ResumeStateError(
+                    f"loader state entries disagree: rank {rank} has {name}={getattr(state, name)}, "
+                    f"rank {first_rank} has {name}={getattr(first, name)}"
+                )
+        _check_counts(state)
+    loaded_digest = plan_digest(plan_values)
+    plan_epoch = plan_values[0] if plan_values else None
+    for rank, state in sorted(ranks.items()):
+        # A rank that moved past the plan's epoch dropped the plan; DCP keeps one copy
+        # of the replicated key, so it may see the plan its peers still held.
+        dropped = state.plan_digest == plan_digest([]) and plan_epoch != state.epoch
+        if state.plan_digest != loaded_digest and not dropped:
+            raise ResumeStateError(
+                f"loader state's {PLAN_KEY!r} does not match the digest rank {rank} recorded "
+                "(entries from different saves mixed?)"
+            )
+    return SavedStates(ranks, plan_values, samplers)
+
+
+def _check_counts(state: RankState) -> None:
+    problems = []
+    if not 0 <= state.rank < state.world_size:
+        problems.append(f"rank {state.rank} outside world size {state.world_size}")
+    if state.batch_size < 1:
+        problems.append(f"batch size {state.batch_size}")
+    if state.global_batch != state.world_size * state.batch_size:
+        problems.append(f"global batch {state.global_batch} != {state.world_size} x {state.batch_size}")
+    if state.dataset_length < 0 or state.epoch < 0:
+        problems.append(f"dataset length {state.dataset_length}, epoch {state.epoch}")
+    if not 0 <= state.batches_consumed <= state.samples_consumed or state.samples_consumed < 0:
+        problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
+    if not 0 <= state.seed:
+        problems.append(f"seed {state.seed}")
+    if state.epoch_finished not in (0, 1):
+        problems.append(f"epoch_finished {state.epoch_finished}")
+    if problems:
+        raise ResumeStateError(f"loader state of rank {state.rank} is impossible: " + "; ".join(problems))

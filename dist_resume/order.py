@@ -1,0 +1,81 @@
+"""The epoch order: which dataset index sits at each position of an epoch."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import torch
+
+from .seeds import derive_seed
+
+_ROUNDS = 4
+_LOW31 = 0x7FFFFFFF
+_MAX_HALF_BITS = 31  # keeps every product below 2**62: no int64 overflow
+_SCALAR_WALK = 32
+
+_Int = TypeVar("_Int", int, torch.Tensor)
+
+
+class EpochOrder:
+    """`order_e`: a permutation of `range(length)` drawn from `(seed, epoch)`, or the identity.
+
+    Any position maps to its index in O(1) with nothing materialized, so an epoch of
+    any length starts (or resumes at any position) at the same cost. The permutation
+    is pure integer arithmetic: the same on every machine and torch version.
+    """
+
+    def __init__(self, length: int, seed: int, epoch: int, shuffle: bool) -> None:
+        if length < 0:
+            raise ValueError(f"dataset length must be >= 0, got {length}")
+        self.length = length
+        self.shuffle = shuffle
+        if not shuffle or length < 2:
+            self._keys: list[int] = []
+            return
+        # Unbalanced halves keep the permuted domain [0, 2**bits) below 2 * length,
+        # so cycle walking (below) takes few steps.
+        bits = max(2, (length - 1).bit_length())
+        if bits > 2 * _MAX_HALF_BITS:
+            raise ValueError(f"dataset length {length} is larger than 2**62")
+        self._high_bits = (bits + 1) // 2
+        self._low_bits = bits // 2
+        self._keys = [derive_seed(seed, epoch, round_) & _LOW31 for round_ in range(_ROUNDS)]
+
+    def indices(self, positions: torch.Tensor) -> list[int]:
+        """Dataset indices at `positions` (int64, each in `[0, length)`)."""
+        if not self._keys:
+            return positions.tolist()
+        permuted = self._permute_domain(positions)
+        # Cycle walking: the Feistel network permutes [0, 2**bits); re-applying it to
+        # values past the end walks each one to the next in-range value of its cycle,
+        # which keeps the map a bijection of [0, length). Fewer than half the values
+        # walk at each step; the last few walk as Python ints, where a step is cheaper
+        # than the fixed cost of a tensor operation.
+        outside = (permuted >= self.length).nonzero().squeeze(1)
+        while outside.numel() > _SCALAR_WALK:
+            walked = self._permute_domain(permuted[outside])
+            permuted[outside] = walked
+            outside = outside[walked >= self.length]
+        result = permuted.tolist()
+        for slot in outside.tolist():
+            value = self._permute_domain(result[slot])
+            while value >= self.length:
+                value = self._permute_domain(value)
+            result[slot] = value
+        return result
+
+    def _permute_domain(self, values: _Int) -> _Int:
+        # FFX-style Feistel on halves of unequal width: each round replaces the wider
+        # (or equal) half and the widths swap; an even number of rounds restores them.
+        # Written with operators only, so it serves int64 tensors and Python ints alike.
+        high = values >> self._low_bits
+        low = values & ((1 << self._low_bits) - 1)
+        high_bits, low_bits = self._high_bits, self._low_bits
+        for key in self._keys:
+            mixed = ((low ^ key) * 0x5BD1E995) & _LOW31
+            mixed = mixed ^ (mixed >> 15)
+            mixed = (mixed * 0x2C1B3C6D) & _LOW31
+            mixed = mixed ^ (mixed >> 12)
+            high, low = low, high ^ (mixed & ((1 << high_bits) - 1))
+            high_bits, low_bits = low_bits, high_bits
+        return (high << low_bits) | low
