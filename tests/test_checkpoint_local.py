@@ -18,6 +18,8 @@ from dist_resume.checkpoint import (
     step_dir_name,
 )
 from dist_resume.errors import CheckpointCorruptError, CheckpointExistsError, CheckpointNotFoundError
+from dist_resume.loader import ResumableDataLoader
+from dist_resume.state import ResumeStateError
 from tests.elastic_standin import StandInLoader
 
 
@@ -138,13 +140,25 @@ def test_async_save_commits_in_background_one_at_a_time(tmp_path: Path) -> None:
 
 def test_loader_error_propagates_on_dataset_length_change(tmp_path: Path) -> None:
     """G6: the loader refuses a state from another dataset; load_checkpoint does not mask it."""
-    loader = StandInLoader(50, rank=0, world_size=1)
-    loader.next_batch(4)
+    loader = ResumableDataLoader(list(range(50)), batch_size=4, shuffle=True)
+    next(iter(loader))
     save_checkpoint({"loader": loader}, str(tmp_path), 1)
-    other = StandInLoader(60, rank=0, world_size=1)
-    message = "loader state is for a dataset of 50 samples, this dataset has 60"
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    other = ResumableDataLoader(list(range(60)), batch_size=4, shuffle=True)
+    message = "loader state was saved for a dataset of 50 samples; this loader's dataset has 60"
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         load_checkpoint({"loader": other}, str(tmp_path))
+
+
+def test_loader_resumes_on_next_batch(tmp_path: Path) -> None:
+    loader = ResumableDataLoader(list(range(50)), batch_size=4, shuffle=True, seed=3)
+    batches = iter(loader)
+    first = [next(batches) for _ in range(3)]
+    save_checkpoint({"loader": loader}, str(tmp_path), 3)
+    rest = list(batches)
+    resumed = ResumableDataLoader(list(range(50)), batch_size=4, shuffle=True, seed=3)
+    assert load_checkpoint({"loader": resumed}, str(tmp_path)) == 3
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in rest]
+    assert sorted(i for b in first + rest for i in b.tolist()) == list(range(50))
 
 
 def test_elastic_entry_gets_saved_entries_not_its_own_template(tmp_path: Path) -> None:

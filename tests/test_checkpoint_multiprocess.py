@@ -22,14 +22,14 @@ DATASET_LEN = 50
 @pytest.mark.slow
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (4, 1), (1, 4)])
 def test_save_at_n_load_at_m_local_and_s3(before: int, after: int, tmp_path: Path, s3_bucket: str) -> None:
-    """G2/G3: model, optimizer and loader restored at a new world size from local disk and
-    from S3; the epoch then finishes with every sample consumed exactly once."""
+    """G2/G3: model (DDP), optimizer and ResumableDataLoader restored at a new world size
+    from local disk and from S3; the epoch then finishes with every sample consumed exactly
+    once across the two runs."""
     local = tmp_path / "local"
     args = {
         "out": str(tmp_path / "out"),
         "urls": [str(local), f"{s3_bucket}/run"],
         "dataset_len": DATASET_LEN,
-        "batch": 3,
         "train_steps": 2,
         "step": 2,
         "plain_dcp_dir": str(local),
