@@ -8,7 +8,11 @@ with sharded training). Per repetition, in turn:
 - ``save_checkpoint`` to a local directory, vs each rank ``torch.save`` of its tensors;
 - ``save_checkpoint`` to ``s3://`` on a moto server (127.0.0.1), vs each rank putting the
   same ``torch.save`` bytes with s3fs;
-- ``save_checkpoint`` with a ResumableDataLoader in the state, to size the loader's cost.
+- ``save_checkpoint`` with a ResumableDataLoader in the state, and of the loader alone,
+  to size the loader's cost.
+
+``save_checkpoint`` fsyncs every file on local disks (a commit must be durable); the
+``torch.save+fsync`` line is the baseline with the same durability.
 
 Each timing runs from a barrier to a barrier (the slower rank counts). Prints medians.
 """
@@ -67,6 +71,12 @@ def _rank(rank: int, args: argparse.Namespace, port: int, endpoint: str, results
     next(iter(loader))
     local = Path(args.dir)
 
+    def torch_save_fsync() -> None:
+        with open(local / f"plain{rank}-{step}.pt", "wb") as file:
+            torch.save(tensors, file)
+            file.flush()
+            os.fsync(file.fileno())
+
     def plain_bytes() -> bytes:
         buffer = io.BytesIO()
         torch.save(tensors, buffer)
@@ -78,10 +88,13 @@ def _rank(rank: int, args: argparse.Namespace, port: int, endpoint: str, results
         runs = {
             "save_checkpoint local": lambda: save_checkpoint(state, str(local / "dcp"), step),
             "torch.save per rank local": lambda: torch.save(tensors, local / f"plain{rank}-{step}.pt"),
+            "torch.save+fsync per rank local": torch_save_fsync,
             "save_checkpoint s3 (moto)": lambda: save_checkpoint(state, "s3://bench/dcp", step),
             "s3fs put per rank (moto)": lambda: fs.pipe_file(f"bench/plain/{rank}-{step}.pt", plain_bytes()),
             "save_checkpoint local +loader": lambda: save_checkpoint({**state, "loader": loader},
                                                                      str(local / "dcp-loader"), step),
+            "save_checkpoint local loader only": lambda: save_checkpoint({"loader": loader},
+                                                                         str(local / "loader-only"), step),
         }
         for name, run in runs.items():
             timings.setdefault(name, []).append(_timed(run))
@@ -92,7 +105,8 @@ def _rank(rank: int, args: argparse.Namespace, port: int, endpoint: str, results
         if rep < args.reps - 1:
             dist.barrier()
             if rank == 0:
-                shutil.rmtree(local / "dcp")
+                for name in ("dcp", "dcp-loader", "loader-only"):
+                    shutil.rmtree(local / name)
                 fs.rm("bench/dcp", recursive=True)
             dist.barrier()
     if rank == 0:
@@ -101,6 +115,7 @@ def _rank(rank: int, args: argparse.Namespace, port: int, endpoint: str, results
         sizes_loader = {info.step: info.size_bytes for info in list_checkpoints(str(local / "dcp-loader"))}
         results["bytes"] = sizes[args.reps]
         results["bytes +loader"] = sizes_loader[args.reps]
+        results["bytes loader only"] = list_checkpoints(str(local / "loader-only"))[-1].size_bytes
     dist.barrier()
     dist.destroy_process_group()
 
@@ -135,13 +150,17 @@ def main() -> None:
     shutil.rmtree(args.dir, ignore_errors=True)
 
     print(f"{args.mb} MB of model state over {WORLD_SIZE} ranks, median of {args.reps} interleaved runs")
-    for name in ("save_checkpoint local", "torch.save per rank local", "save_checkpoint s3 (moto)",
-                 "s3fs put per rank (moto)", "save_checkpoint local +loader"):
-        print(f"  {name:32s} {results[name]:7.3f} s")
+    for name in ("save_checkpoint local", "torch.save per rank local", "torch.save+fsync per rank local",
+                 "save_checkpoint s3 (moto)", "s3fs put per rank (moto)", "save_checkpoint local +loader",
+                 "save_checkpoint local loader only"):
+        print(f"  {name:34s} {results[name]:7.3f} s")
     print(f"  ratio local  save_checkpoint / torch.save : {results['save_checkpoint local'] / results['torch.save per rank local']:.2f}")
+    print(f"  ratio local  save_checkpoint / torch.save+fsync : {results['save_checkpoint local'] / results['torch.save+fsync per rank local']:.2f}")
     print(f"  ratio s3     save_checkpoint / s3fs put   : {results['save_checkpoint s3 (moto)'] / results['s3fs put per rank (moto)']:.2f}")
     print(f"  loader state: +{results['bytes +loader'] - results['bytes']} bytes, "
-          f"+{results['save_checkpoint local +loader'] - results['save_checkpoint local']:.3f} s")
+          f"+{results['save_checkpoint local +loader'] - results['save_checkpoint local']:.3f} s; "
+          f"a checkpoint of the loader alone: {results['bytes loader only']} bytes, "
+          f"{results['save_checkpoint local loader only']:.3f} s")
 
 
 if __name__ == "__main__":

@@ -255,14 +255,14 @@ class SaveHandle:
     def __init__(self, step: int, future: Future) -> None:
         self.step = step
         self._future = future
-        self.observed = False
+        self._observed = False
 
     def done(self) -> bool:
         return self._future.done()
 
     def result(self, timeout: float | None = None) -> int:
         """Wait for the commit; return the step, or raise why it was not committed."""
-        self.observed = True
+        self._observed = True
         return self._future.result(timeout)
 
     def wait(self, timeout: float | None = None) -> None:
@@ -281,7 +281,7 @@ def _wait_for_previous_save() -> None:
         previous, _in_flight = _in_flight, None
     if previous is None:
         return
-    observed = previous.observed
+    observed = previous._observed
     try:
         previous.result()
     except CheckpointError as exc:

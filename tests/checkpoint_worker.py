@@ -108,7 +108,8 @@ def _train_step(model: Any, optim: Any, batch: Any) -> None:
 
 
 def elastic_save(args: dict[str, Any]) -> None:
-    """Train a few steps, save at ``step`` to every URL, record what was consumed."""
+    """Train a few steps; save ``step`` to the first URL, then asynchronously to the others
+    while training collectives keep running; record what was consumed."""
     import torch
 
     from dist_resume.checkpoint import save_checkpoint
@@ -120,12 +121,16 @@ def elastic_save(args: dict[str, Any]) -> None:
         _train_step(model, optim, batch)
         consumed += batch.tolist()
     app = _App(model, optim)
-    for url in args["urls"]:
-        save_checkpoint({"app": app, "loader": loader}, url, args["step"])
     out = Path(args["out"])
-    (out / f"consumed-save-{rank}.json").write_text(json.dumps(consumed))
     if rank == 0:
         torch.save(app.state_dict(), out / "reference.pt")
+    first, *others = args["urls"]
+    save_checkpoint({"app": app, "loader": loader}, first, args["step"])
+    for url in others:
+        handle = save_checkpoint({"app": app, "loader": loader}, url, args["step"], async_save=True)
+        _train_step(model, optim, torch.arange(3))  # DDP all-reduces while the save runs
+        assert handle.result() == args["step"]
+    (out / f"consumed-save-{rank}.json").write_text(json.dumps(consumed))
 
 
 def elastic_load(args: dict[str, Any]) -> None:

@@ -23,8 +23,9 @@ DATASET_LEN = 50
 @pytest.mark.parametrize("before,after", [(2, 3), (3, 2), (4, 1), (1, 4)])
 def test_save_at_n_load_at_m_local_and_s3(before: int, after: int, tmp_path: Path, s3_bucket: str) -> None:
     """G2/G3: model (DDP), optimizer and ResumableDataLoader restored at a new world size
-    from local disk and from S3; the epoch then finishes with every sample consumed exactly
-    once across the two runs."""
+    from local disk (saved synchronously) and from S3 (saved asynchronously while training
+    went on); the epoch then finishes with every sample consumed exactly once across the
+    two runs."""
     local = tmp_path / "local"
     args = {
         "out": str(tmp_path / "out"),
