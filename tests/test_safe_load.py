@@ -1,0 +1,77 @@
+"""G8: loading runs no code from the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from dist_resume.checkpoint import load_checkpoint, save_checkpoint, step_dir_name
+from dist_resume.errors import UnsafeCheckpointError
+from dist_resume.safe_load import unpickle_metadata
+
+
+class MakesDirectory:
+    """Unpickling this calls os.mkdir(path): a visible side effect standing in for any code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (self.path,))
+
+
+def test_crafted_metadata_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    save_checkpoint({"weights": torch.ones(3)}, str(tmp_path), 1)
+    side_effect = tmp_path / "pwned"
+    metadata = tmp_path / step_dir_name(1) / ".metadata"
+    real = pickle.loads(metadata.read_bytes())
+    real.planner_data["weights"] = MakesDirectory(side_effect)  # hidden deep inside
+    crafted = pickle.dumps(real)
+    metadata.write_bytes(crafted)
+
+    message = (f"refused to load {metadata}: global 'posix.mkdir' is not allowed; "
+               "only DCP metadata types and plain data are")
+    with pytest.raises(UnsafeCheckpointError, match=f"^{re.escape(message)}$"):
+        load_checkpoint({"weights": torch.zeros(3)}, str(tmp_path))
+    assert not side_effect.exists()
+    pickle.loads(crafted)  # control: the payload is live with a plain unpickler
+    assert side_effect.is_dir()
+
+
+def test_crafted_stored_value_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    side_effect = tmp_path / "pwned"
+    save_checkpoint({"weights": torch.ones(3), "extra": MakesDirectory(side_effect)}, str(tmp_path), 1)
+    message = (f"refused to load stored value 'extra' of step 1 at {tmp_path}: it is not plain data "
+               "(Trying to load unsupported GLOBAL posix.mkdir whose module posix is blocked.)")
+    with pytest.raises(UnsafeCheckpointError, match=f"^{re.escape(message)}$"):
+        load_checkpoint({"weights": torch.zeros(3), "extra": None}, str(tmp_path))
+    assert not side_effect.exists()
+    # control: DCP's own loader executes it
+    dcp.load({"weights": torch.zeros(3), "extra": None}, checkpoint_id=str(tmp_path / step_dir_name(1)))
+    assert side_effect.is_dir()
+
+
+def test_dcp_metadata_of_every_kind_of_entry_is_admitted(tmp_path: Path) -> None:
+    """What DCP itself writes (dtypes, layouts, memory formats, nested values, lists, the
+    local Path it records) passes the restricted unpickler unchanged."""
+    state = {
+        "f": torch.randn(2, 3), "h": torch.zeros(2, dtype=torch.bfloat16), "i": torch.arange(4),
+        "c": torch.ones(1, 2, 2, 2).to(memory_format=torch.channels_last),
+        "nested": {"lst": [torch.ones(1), {"a": 1}], "plain": {"s": "x", "t": (1, 2.0, None)}},
+    }
+    dcp.save(state, checkpoint_id=str(tmp_path))
+    data = (tmp_path / ".metadata").read_bytes()
+    assert unpickle_metadata(data, "test") == pickle.loads(data)
+
+
+def test_not_metadata_is_refused() -> None:
+    with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: holds a dict, not DCP Metadata$"):
+        unpickle_metadata(pickle.dumps({"a": 1}), "x")
+    with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: not a DCP metadata file \(UnpicklingError: "):
+        unpickle_metadata(b"garbage", "x")

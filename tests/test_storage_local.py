@@ -1,0 +1,130 @@
+"""Storage behaviour without S3 (G9): any fsspec protocol, retries, redaction."""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections.abc import Iterator
+
+import fsspec
+import pytest
+import torch
+from botocore.exceptions import ClientError
+from fsspec.implementations.memory import MemoryFileSystem
+
+from dist_resume import storage
+from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from dist_resume.errors import CheckpointError
+from dist_resume.storage import is_transient, redact_url, resolve
+
+SLOW_DOWN = "SlowDown: please reduce your request rate"
+
+
+class FlakyFileSystem(MemoryFileSystem):
+    """In-memory files; the next ``failures`` shard uploads raise ``error``."""
+
+    protocol = "flaky"
+    store: dict = {}
+    pseudo_dirs = [""]
+    failures = 0
+    error: OSError = OSError(errno.EBUSY, SLOW_DOWN)
+    uploads = 0
+
+    def _open(self, path: str, mode: str = "rb", **kwargs):
+        if "w" in mode and path.endswith(".distcp"):
+            type(self).uploads += 1
+            if type(self).failures:
+                type(self).failures -= 1
+                raise type(self).error
+        return super()._open(path, mode, **kwargs)
+
+
+@pytest.fixture
+def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FlakyFileSystem]]:
+    fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
+    monkeypatch.setattr(storage, "RETRY_BASE_DELAY", 0.0)
+    FlakyFileSystem.store.clear()
+    FlakyFileSystem.uploads = 0
+    yield FlakyFileSystem
+    FlakyFileSystem.failures = 0
+    FlakyFileSystem.error = OSError(errno.EBUSY, SLOW_DOWN)
+
+
+def test_transient_errors_are_retried(flaky: type[FlakyFileSystem]) -> None:
+    flaky.failures = 2
+    save_checkpoint({"w": torch.ones(5)}, "flaky://run", 1)
+    assert flaky.uploads == 3
+    state = {"w": torch.zeros(5)}
+    assert load_checkpoint(state, "flaky://run") == 1 and torch.equal(state["w"], torch.ones(5))
+
+
+def test_save_failing_after_retries_raises_and_commits_nothing(flaky: type[FlakyFileSystem]) -> None:
+    flaky.failures = 100
+    message = f"saving step 1 at flaky://run failed on rank(s) [0]: OSError: [Errno {errno.EBUSY}] {SLOW_DOWN}"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        save_checkpoint({"w": torch.ones(5)}, "flaky://run", 1)
+    assert flaky.uploads == storage.RETRY_ATTEMPTS
+    assert not any(path.endswith(".committed") for path in flaky.store)
+    assert list_checkpoints("flaky://run") == []
+    assert load_checkpoint({"w": torch.zeros(5)}, "flaky://run") is None
+
+
+def test_permanent_errors_are_not_retried(flaky: type[FlakyFileSystem]) -> None:
+    flaky.failures, flaky.error = 1, PermissionError("Access Denied")
+    with pytest.raises(CheckpointError, match=re.escape("PermissionError: Access Denied")):
+        save_checkpoint({"w": torch.ones(5)}, "flaky://run", 1)
+    assert flaky.uploads == 1
+
+
+def test_async_save_failure_reaches_handle_and_next_save(flaky: type[FlakyFileSystem]) -> None:
+    flaky.failures = 100
+    handle = save_checkpoint({"w": torch.ones(5)}, "flaky://run", 1, async_save=True)
+    with pytest.raises(CheckpointError, match=r"^saving step 1 at flaky://run failed"):
+        handle.result()
+    assert list_checkpoints("flaky://run") == []
+    flaky.failures = 0
+    # the failure was observed through the handle: the next save proceeds
+    save_checkpoint({"w": torch.ones(5)}, "flaky://run", 2)
+    assert [i.step for i in list_checkpoints("flaky://run")] == [2]
+
+
+def test_unobserved_async_failure_is_reported_by_next_save(flaky: type[FlakyFileSystem]) -> None:
+    flaky.failures = 100
+    save_checkpoint({"w": torch.ones(5)}, "flaky://run", 1, async_save=True)
+    with pytest.raises(CheckpointError, match=r"^the asynchronous save of step 1 failed: saving step 1"):
+        save_checkpoint({"w": torch.ones(5)}, "flaky://run", 2)
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
+
+
+def test_transient_classification() -> None:
+    assert is_transient(OSError(errno.EBUSY, SLOW_DOWN))
+    assert is_transient(ConnectionResetError(errno.ECONNRESET, "reset"))
+    assert is_transient(_client_error("InternalError", 500))
+    assert is_transient(_client_error("SlowDown", 503))
+    wrapped = OSError(errno.EIO, "wrapped")
+    wrapped.__cause__ = _client_error("ServiceUnavailable", 503)
+    assert is_transient(wrapped)
+    assert not is_transient(PermissionError("Access Denied"))
+    assert not is_transient(FileNotFoundError("nope"))
+    assert not is_transient(_client_error("AccessDenied", 403))
+
+
+def test_urls_and_messages_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert redact_url("ftp://user:hunter2@host/ckpt?token=abc#x") == "ftp://host/ckpt"
+    assert redact_url("/local/path") == "/local/path"
+    assert redact_url("s3://bucket/run") == "s3://bucket/run"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    loc = resolve("memory://run", {"client_kwargs": {"aws_session_token": "nested-token"}, "password": "pw-value"})
+    text = "failed env-secret-value nested-token pw-value at sftp://me:pw2@host/x"
+    assert loc.redact(text) == "failed *** *** *** at sftp://***@host/x"
+    error = loc.error("read", loc.join("a"), OSError(errno.EIO, "boom pw-value"))
+    assert str(error) == "cannot read memory://run/a: storage error (OSError: [Errno 5] boom ***)"
+
+
+def test_bad_url_is_a_clear_error() -> None:
+    with pytest.raises(CheckpointError, match=r"^cannot open storage for nosuchproto://x: "):
+        load_checkpoint({}, "nosuchproto://x")
