@@ -1,0 +1,257 @@
+"""ResumableDataLoader in real multi-process gloo jobs: stop, save, resume at the same or
+another world size and `num_workers` (G1-G4).
+
+One spawn of 4 processes runs every job of `JOBS` in turn, each in a fresh process group of
+its own size (ranks above it sit the job out); the tests compare what each rank consumed with
+a single-process reference (world_size=1, batch_size = the global batch, no process group).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing
+
+from dist_resume import ResumableDataLoader, plan_resume
+from dist_resume.order import EpochOrder
+
+LENGTH = 41
+SEED = 11
+EPOCHS = 2  # a resumed job finishes the interrupted epoch and runs the next one
+
+
+class Augmented:
+    """Sample = (index, torch.rand, random.random, numpy.random.rand): its augmentation draws
+    from all three global generators that G4 seeds."""
+
+    def __len__(self) -> int:
+        return LENGTH
+
+    def __getitem__(self, index: int) -> tuple[int, float, float, float]:
+        return index, torch.rand(()).item(), random.random(), float(numpy.random.rand())
+
+
+class Job(NamedTuple):
+    """One process group. `stop[r]`: batches rank r consumes before saving its state; None
+    runs to the end of epoch EPOCHS-1. `load`: the job whose saved states are loaded
+    (`own_state`: only this rank's entry, else every saved rank's, merged)."""
+
+    world_size: int
+    batch_size: int
+    num_workers: int = 0
+    persistent_workers: bool = False
+    stop: tuple[int, ...] | None = None
+    load: str | None = None
+    own_state: bool = False
+    subgroups: bool = False  # shard over dist.new_group data-parallel groups {0,2} and {1,3}
+
+
+JOBS = {
+    # G1: same world size; ranks stopped after different counts; 2 workers -> 0.
+    "same_full": Job(2, 3),
+    "same_stop": Job(2, 3, num_workers=2, stop=(4, 2)),
+    "same_resume": Job(2, 3, load="same_stop", own_state=True),
+    # G2-G4: 2 ranks x 6 -> 3 ranks x 4 (global batch 12 kept); 0 workers -> 2, persistent.
+    "grow_stop": Job(2, 6, stop=(2, 2)),
+    "grow_resume": Job(3, 4, num_workers=2, persistent_workers=True, load="grow_stop"),
+    # G2, G4: 3 ranks x 2 stopped unevenly -> 2 ranks x 4, 2 workers each.
+    "shrink_stop": Job(3, 2, num_workers=2, stop=(5, 2, 3)),
+    "shrink_resume": Job(2, 4, num_workers=2, load="shrink_stop"),
+    # G2-G4: 4 ranks x 2 -> 1 rank x 8.
+    "one_stop": Job(4, 2, stop=(3, 3, 3, 3)),
+    "one_resume": Job(1, 8, num_workers=2, load="one_stop"),
+    # process_group= a subgroup: the shard is the rank within the group.
+    "subgroup_stop": Job(4, 3, stop=(2, 2, 2, 2), subgroups=True),
+}
+MAX_WORLD = max(job.world_size for job in JOBS.values())
+
+
+class Consumed(NamedTuple):
+    """What one rank of one job consumed: per batch (epoch, samples); the padding positions
+    it reported for each epoch it served."""
+
+    batches: list[tuple[int, list[tuple]]]
+    padding: dict[int, list[int]]
+
+
+def _samples(batch: list[torch.Tensor]) -> list[tuple]:
+    return list(zip(batch[0].tolist(), *(values.tolist() for values in batch[1:])))
+
+
+def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out}/store-{name}", rank=rank, world_size=job.world_size,
+        timeout=timedelta(seconds=60),
+    )
+    # Every rank of an earlier job saved before it left that job's final barrier.
+    dist.barrier()
+    group = None
+    if job.subgroups:
+        groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+        group = groups[rank % 2]
+    loader = ResumableDataLoader(
+        Augmented(), batch_size=job.batch_size, shuffle=True, seed=SEED, num_workers=job.num_workers,
+        persistent_workers=job.persistent_workers, process_group=group,
+    )
+    if job.load:
+        saved = JOBS[job.load]
+        ranks = [loader.rank] if job.own_state else range(saved.world_size)
+        merged: dict[str, Any] = {}
+        for saved_rank in ranks:
+            merged.update(torch.load(out / f"{job.load}-state-{saved_rank}.pt", weights_only=True))
+        loader.load_state_dict(merged)
+    consumed = Consumed([], {})
+    if job.stop is None:
+        while loader.epoch < EPOCHS:
+            epoch = loader.epoch
+            consumed.padding[epoch] = loader.padding_positions()
+            consumed.batches.extend((epoch, _samples(batch)) for batch in loader)
+    else:
+        epoch = loader.epoch
+        for _, batch in zip(range(job.stop[rank]), loader):
+            consumed.batches.append((epoch, _samples(batch)))
+        torch.save(loader.state_dict(), out / f"{name}-state-{rank}.pt")
+    torch.save(tuple(consumed), out / f"{name}-consumed-{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _rank_main(rank: int, out: Path) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
+    # As under torchrun: loader workers fork (spawn's children inherit "spawn").
+    multiprocessing.set_start_method("fork", force=True)
+    for name, job in JOBS.items():
+        if rank < job.world_size:
+            _run_job(name, job, rank, out)
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs every job of JOBS; returns the directory of their states and `Consumed` files."""
+    out = tmp_path_factory.mktemp("loader_distributed")
+    torch.multiprocessing.spawn(_rank_main, args=(out,), nprocs=MAX_WORLD)
+    return out
+
+
+def _consumed(out: Path, name: str) -> list[Consumed]:
+    return [Consumed(*torch.load(out / f"{name}-consumed-{rank}.pt")) for rank in range(JOBS[name].world_size)]
+
+
+def _merged_states(out: Path, name: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for rank in range(JOBS[name].world_size):
+        merged.update(torch.load(out / f"{name}-state-{rank}.pt"))
+    return merged
+
+
+def _reference(global_batch: int) -> list[list[list[tuple]]]:
+    """Per epoch, the global steps of an uninterrupted run at world size 1."""
+    loader = ResumableDataLoader(Augmented(), batch_size=global_batch, shuffle=True, seed=SEED, rank=0, world_size=1)
+    return [[_samples(batch) for batch in loader] for _ in range(EPOCHS)]
+
+
+def _indices(epoch: int, positions: list[int]) -> list[int]:
+    return EpochOrder(LENGTH, SEED, epoch, True).indices(torch.tensor(positions, dtype=torch.int64))
+
+
+def _batches(rank: Consumed, epoch: int) -> list[list[tuple]]:
+    return [batch for batch_epoch, batch in rank.batches if batch_epoch == epoch]
+
+
+def _check_exactly_once(jobs: list[list[Consumed]], epoch: int) -> list[list[int]]:
+    """G2: over `epoch`, every index is consumed once across `jobs`, plus the padding that the
+    last job's ranks reported. Returns that padding (positions, per rank)."""
+    indices = Counter(s[0] for ranks in jobs for rank in ranks for batch in _batches(rank, epoch) for s in batch)
+    padding = [rank.padding[epoch] for rank in jobs[-1]]
+    assert indices == Counter(range(LENGTH)) + Counter(_indices(epoch, sum(padding, [])))
+    return padding
+
+
+def _global_steps(jobs: list[list[Consumed]], epoch: int) -> list[list[int]]:
+    """The sorted indices of each global step of `epoch` (ranks side by side, padding dropped)."""
+    steps = []
+    for ranks in jobs:
+        per_rank = [_batches(rank, epoch) for rank in ranks]
+        assert len({len(batches) for batches in per_rank}) == 1, "ranks consumed different numbers of batches"
+        for batches, rank in zip(per_rank, ranks):
+            if rank.padding.get(epoch):
+                batches[-1] = batches[-1][: -len(rank.padding[epoch])]
+        steps += [sorted(s[0] for batches in per_rank for s in batches[k]) for k in range(len(per_rank[0]))]
+    return steps
+
+
+def _check_values(jobs: list[list[Consumed]]) -> None:
+    """G4: every sample's augmentation equals the reference's for its (epoch, index)."""
+    values = {(epoch, s[0]): s for epoch, (batch,) in enumerate(_reference(LENGTH)) for s in batch}
+    got = [(epoch, s) for ranks in jobs for rank in ranks for epoch, batch in rank.batches for s in batch]
+    assert got == [(epoch, values[epoch, s[0]]) for epoch, s in got]
+
+
+@pytest.mark.slow
+def test_same_world_size_resume_continues_exactly(out: Path) -> None:
+    """G1: ranks stopped after 4 and 2 batches (2 workers), each loads only its own entry and
+    continues (0 workers): indices, values and padding as in the uninterrupted run."""
+    full, stopped, resumed = (_consumed(out, name) for name in ("same_full", "same_stop", "same_resume"))
+    for rank in range(2):
+        assert stopped[rank].batches + resumed[rank].batches == full[rank].batches
+        assert resumed[rank].padding == full[rank].padding
+    for epoch in range(EPOCHS):
+        assert _check_exactly_once([full], epoch) == [[], [0]]
+        assert _global_steps([full], epoch) == [sorted(s[0] for s in step) for step in _reference(6)[epoch]]
+    _check_values([full, stopped, resumed])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "stop,resume,padding",
+    [("grow_stop", "grow_resume", [[], [], [0]]), ("one_stop", "one_resume", [[]])],
+)
+def test_elastic_resume_same_global_batch(out: Path, stop: str, resume: str, padding: list[list[int]]) -> None:
+    """G2, G3, G4 for 2x6 -> 3x4 (0 -> 2 persistent workers) and 4x2 -> 1x8 (0 -> 2 workers):
+    each index once per epoch (plus the reported padding), each global step holds the
+    samples of the uninterrupted run's step, with the same augmentation values."""
+    jobs = [_consumed(out, stop), _consumed(out, resume)]
+    reference = _reference(JOBS[stop].world_size * JOBS[stop].batch_size)
+    for epoch in range(EPOCHS):
+        ran = jobs if epoch == 0 else jobs[1:]
+        assert _check_exactly_once(ran, epoch) == padding
+        assert _global_steps(ran, epoch) == [sorted(s[0] for s in step) for step in reference[epoch]]
+    _check_values(jobs)
+
+
+@pytest.mark.slow
+def test_elastic_resume_after_uneven_stop(out: Path) -> None:
+    """G2, G4 for 3x2 stopped after 5, 2 and 3 batches -> 2x4 (2 workers each): the resumed
+    ranks consume exactly what plan_resume computes, each index once per epoch."""
+    jobs = [_consumed(out, "shrink_stop"), _consumed(out, "shrink_resume")]
+    plan = plan_resume(_merged_states(out, "shrink_stop"), 2, 4)
+    for rank, consumed in enumerate(jobs[1]):
+        planned = list(plan.batches(rank))
+        assert [[s[0] for s in batch] for batch in _batches(consumed, 0)] == [_indices(0, b.positions) for b in planned]
+        assert consumed.padding[0] == planned[-1].positions[len(planned[-1].positions) - planned[-1].padding :]
+    assert _check_exactly_once(jobs, 0) == [[], [0]]
+    assert _check_exactly_once(jobs[1:], 1) == [[], [0]]
+    _check_values(jobs)
+
+
+@pytest.mark.slow
+def test_process_group_subgroup(out: Path) -> None:
+    """G3, G4 with process_group= a data-parallel subgroup ({0,2} and {1,3}): a rank shards
+    by its rank in the group and saves under that rank's key."""
+    consumed = _consumed(out, "subgroup_stop")
+    for rank, rank_consumed in enumerate(consumed):
+        group_rank = rank // 2
+        expected = ResumableDataLoader(Augmented(), batch_size=3, shuffle=True, seed=SEED, rank=group_rank, world_size=2)
+        assert rank_consumed.batches == [(0, _samples(batch)) for _, batch in zip(range(2), expected)]
+        state = torch.load(out / f"subgroup_stop-state-{rank}.pt")
+        assert sorted(key for key in state if key.startswith("rank_")) == [f"rank_{group_rank}"]
