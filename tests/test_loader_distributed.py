@@ -43,8 +43,9 @@ class Augmented:
 
 class Job(NamedTuple):
     """One process group. `stop[r]`: batches rank r consumes before saving its state; None
-    runs to the end of epoch EPOCHS-1. `load`: the job whose saved states are loaded
-    (`own_state`: only this rank's entry, else every saved rank's, merged)."""
+    runs to the end of epoch EPOCHS-1 (calling set_epoch before each epoch if `set_epoch`).
+    `load`: the job whose saved states are loaded (`own_state`: only this rank's entry, else
+    every saved rank's, merged)."""
 
     world_size: int
     batch_size: int
@@ -53,6 +54,7 @@ class Job(NamedTuple):
     stop: tuple[int, ...] | None = None
     load: str | None = None
     own_state: bool = False
+    set_epoch: bool = False
     subgroups: bool = False  # shard over dist.new_group data-parallel groups {0,2} and {1,3}
 
 
@@ -63,25 +65,32 @@ JOBS = {
     "same_resume": Job(2, 3, load="same_stop", own_state=True),
     # G2-G4: 2 ranks x 6 -> 3 ranks x 4 (global batch 12 kept); 0 workers -> 2, persistent.
     "grow_stop": Job(2, 6, stop=(2, 2)),
-    "grow_resume": Job(3, 4, num_workers=2, persistent_workers=True, load="grow_stop"),
-    # G2, G4: 3 ranks x 2 stopped unevenly -> 2 ranks x 4, 2 workers each.
-    "shrink_stop": Job(3, 2, num_workers=2, stop=(5, 2, 3)),
-    "shrink_resume": Job(2, 4, num_workers=2, load="shrink_stop"),
+    "grow_resume": Job(3, 4, num_workers=2, persistent_workers=True, load="grow_stop", set_epoch=True),
+    # G2, G4: 3 ranks x 2 stopped unevenly (rank 0 at the end of its epoch) -> 2 ranks x 4
+    # stopped unevenly again -> 4 ranks x 1; 2 workers, then 0.
+    "uneven_stop": Job(3, 2, num_workers=2, stop=(7, 2, 3)),
+    "uneven_again": Job(2, 4, num_workers=2, stop=(1, 2), load="uneven_stop"),
+    "uneven_end": Job(4, 1, load="uneven_again", set_epoch=True),
+    # G1 after an elastic resume: the 2x4 job above uninterrupted, and resumed (own entry).
+    "uneven_again_full": Job(2, 4, load="uneven_stop"),
+    "uneven_again_resume": Job(2, 4, num_workers=2, persistent_workers=True, load="uneven_again", own_state=True),
     # G2-G4: 4 ranks x 2 -> 1 rank x 8.
     "one_stop": Job(4, 2, stop=(3, 3, 3, 3)),
     "one_resume": Job(1, 8, num_workers=2, load="one_stop"),
     # process_group= a subgroup: the shard is the rank within the group.
     "subgroup_stop": Job(4, 3, stop=(2, 2, 2, 2), subgroups=True),
+    "subgroup_resume": Job(4, 3, load="subgroup_stop", subgroups=True),
 }
 MAX_WORLD = max(job.world_size for job in JOBS.values())
 
 
 class Consumed(NamedTuple):
-    """What one rank of one job consumed: per batch (epoch, samples); the padding positions
-    it reported for each epoch it served."""
+    """What one rank of one job consumed: per batch (epoch, samples); for each epoch it
+    served to the end, the padding positions and len() it reported before iterating."""
 
     batches: list[tuple[int, list[tuple]]]
     padding: dict[int, list[int]]
+    lengths: dict[int, int]
 
 
 def _samples(batch: list[torch.Tensor]) -> list[tuple]:
@@ -110,11 +119,14 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         for saved_rank in ranks:
             merged.update(torch.load(out / f"{job.load}-state-{saved_rank}.pt", weights_only=True))
         loader.load_state_dict(merged)
-    consumed = Consumed([], {})
+    consumed = Consumed([], {}, {})
     if job.stop is None:
-        while loader.epoch < EPOCHS:
+        for next_epoch in range(loader.epoch, EPOCHS):
+            if job.set_epoch:
+                loader.set_epoch(next_epoch)
             epoch = loader.epoch
             consumed.padding[epoch] = loader.padding_positions()
+            consumed.lengths[epoch] = len(loader)
             consumed.batches.extend((epoch, _samples(batch)) for batch in loader)
     else:
         epoch = loader.epoch
@@ -170,9 +182,11 @@ def _batches(rank: Consumed, epoch: int) -> list[list[tuple]]:
 
 def _check_exactly_once(jobs: list[list[Consumed]], epoch: int) -> list[list[int]]:
     """G2: over `epoch`, every index is consumed once across `jobs`, plus the padding that the
-    last job's ranks reported. Returns that padding (positions, per rank)."""
+    last job's ranks reported; each of those ranks yielded the len() it reported. Returns
+    that padding (positions, per rank)."""
     indices = Counter(s[0] for ranks in jobs for rank in ranks for batch in _batches(rank, epoch) for s in batch)
     padding = [rank.padding[epoch] for rank in jobs[-1]]
+    assert [len(_batches(rank, epoch)) for rank in jobs[-1]] == [rank.lengths[epoch] for rank in jobs[-1]]
     assert indices == Counter(range(LENGTH)) + Counter(_indices(epoch, sum(padding, [])))
     return padding
 
@@ -198,60 +212,74 @@ def _check_values(jobs: list[list[Consumed]]) -> None:
 
 
 @pytest.mark.slow
-def test_same_world_size_resume_continues_exactly(out: Path) -> None:
-    """G1: ranks stopped after 4 and 2 batches (2 workers), each loads only its own entry and
-    continues (0 workers): indices, values and padding as in the uninterrupted run."""
-    full, stopped, resumed = (_consumed(out, name) for name in ("same_full", "same_stop", "same_resume"))
-    for rank in range(2):
-        assert stopped[rank].batches + resumed[rank].batches == full[rank].batches
-        assert resumed[rank].padding == full[rank].padding
-    for epoch in range(EPOCHS):
-        assert _check_exactly_once([full], epoch) == [[], [0]]
-        assert _global_steps([full], epoch) == [sorted(s[0] for s in step) for step in _reference(6)[epoch]]
-    _check_values([full, stopped, resumed])
+@pytest.mark.parametrize(
+    "full,stop,resume",
+    [("same_full", "same_stop", "same_resume"), ("uneven_again_full", "uneven_again", "uneven_again_resume")],
+)
+def test_same_world_size_resume_continues_exactly(out: Path, full: str, stop: str, resume: str) -> None:
+    """G1: ranks stopped after different counts, each loads only its own entry and continues
+    with other num_workers (2 -> 0 on a fresh epoch; 2 -> 2 persistent after an elastic
+    resume): indices, values, padding and len() as in the uninterrupted run."""
+    full_run, stopped, resumed = (_consumed(out, name) for name in (full, stop, resume))
+    for rank in range(JOBS[full].world_size):
+        assert stopped[rank].batches + resumed[rank].batches == full_run[rank].batches
+        assert resumed[rank].padding == full_run[rank].padding
+        assert resumed[rank].lengths == full_run[rank].lengths
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "stop,resume,padding",
-    [("grow_stop", "grow_resume", [[], [], [0]]), ("one_stop", "one_resume", [[]])],
+    "names,padding",
+    [
+        (["same_full"], [[], [0]]),
+        (["grow_stop", "grow_resume"], [[], [], [0]]),
+        (["one_stop", "one_resume"], [[]]),
+    ],
 )
-def test_elastic_resume_same_global_batch(out: Path, stop: str, resume: str, padding: list[list[int]]) -> None:
-    """G2, G3, G4 for 2x6 -> 3x4 (0 -> 2 persistent workers) and 4x2 -> 1x8 (0 -> 2 workers):
-    each index once per epoch (plus the reported padding), each global step holds the
-    samples of the uninterrupted run's step, with the same augmentation values."""
-    jobs = [_consumed(out, stop), _consumed(out, resume)]
-    reference = _reference(JOBS[stop].world_size * JOBS[stop].batch_size)
+def test_global_steps_match_single_process(out: Path, names: list[str], padding: list[list[int]]) -> None:
+    """G2, G3, G4 for 2x3 uninterrupted, 2x6 -> 3x4 (0 -> 2 persistent workers, set_epoch
+    each epoch) and 4x2 -> 1x8 (0 -> 2 workers): each index once per epoch (plus the
+    reported padding), each global step holds the samples of the world-size-1 run's step,
+    with the same augmentation values."""
+    jobs = [_consumed(out, name) for name in names]
+    reference = _reference(JOBS[names[0]].world_size * JOBS[names[0]].batch_size)
     for epoch in range(EPOCHS):
-        ran = jobs if epoch == 0 else jobs[1:]
+        ran = jobs if epoch == 0 else jobs[-1:]
         assert _check_exactly_once(ran, epoch) == padding
         assert _global_steps(ran, epoch) == [sorted(s[0] for s in step) for step in reference[epoch]]
     _check_values(jobs)
 
 
 @pytest.mark.slow
-def test_elastic_resume_after_uneven_stop(out: Path) -> None:
-    """G2, G4 for 3x2 stopped after 5, 2 and 3 batches -> 2x4 (2 workers each): the resumed
-    ranks consume exactly what plan_resume computes, each index once per epoch."""
-    jobs = [_consumed(out, "shrink_stop"), _consumed(out, "shrink_resume")]
-    plan = plan_resume(_merged_states(out, "shrink_stop"), 2, 4)
-    for rank, consumed in enumerate(jobs[1]):
-        planned = list(plan.batches(rank))
-        assert [[s[0] for s in batch] for batch in _batches(consumed, 0)] == [_indices(0, b.positions) for b in planned]
-        assert consumed.padding[0] == planned[-1].positions[len(planned[-1].positions) - planned[-1].padding :]
-    assert _check_exactly_once(jobs, 0) == [[], [0]]
-    assert _check_exactly_once(jobs[1:], 1) == [[], [0]]
+def test_elastic_resumes_after_uneven_stops(out: Path) -> None:
+    """G2, G4 for 3x2 stopped after 7 (all), 2 and 3 batches -> 2x4 stopped after 1 and 2
+    -> 4x1: each resumed job consumes what plan_resume computes from the merged states;
+    each index once per epoch, plus the padding the last job reports."""
+    names = ["uneven_stop", "uneven_again", "uneven_end"]
+    jobs = [_consumed(out, name) for name in names]
+    for saved, name, ranks in zip(names, names[1:], jobs[1:]):
+        job = JOBS[name]
+        plan = plan_resume(_merged_states(out, saved), job.world_size, job.batch_size)
+        for rank, consumed in enumerate(ranks):
+            planned = [_indices(0, batch.positions) for batch in plan.batches(rank)]
+            stop = len(planned) if job.stop is None else job.stop[rank]
+            assert [[s[0] for s in batch] for batch in _batches(consumed, 0)] == planned[:stop]
+    assert _check_exactly_once(jobs, 0) == [[], [0], [1], [2]]
+    assert _check_exactly_once(jobs[2:], 1) == [[], [0], [1], [2]]
     _check_values(jobs)
 
 
 @pytest.mark.slow
 def test_process_group_subgroup(out: Path) -> None:
-    """G3, G4 with process_group= a data-parallel subgroup ({0,2} and {1,3}): a rank shards
-    by its rank in the group and saves under that rank's key."""
-    consumed = _consumed(out, "subgroup_stop")
-    for rank, rank_consumed in enumerate(consumed):
+    """G1, G4 with process_group= a data-parallel subgroup ({0,2} and {1,3}): a rank shards by
+    its rank in the group, saves under that rank's key, and resumes as the loader given that
+    rank and world size explicitly runs uninterrupted."""
+    stopped, resumed = _consumed(out, "subgroup_stop"), _consumed(out, "subgroup_resume")
+    for rank in range(4):
         group_rank = rank // 2
-        expected = ResumableDataLoader(Augmented(), batch_size=3, shuffle=True, seed=SEED, rank=group_rank, world_size=2)
-        assert rank_consumed.batches == [(0, _samples(batch)) for _, batch in zip(range(2), expected)]
         state = torch.load(out / f"subgroup_stop-state-{rank}.pt")
         assert sorted(key for key in state if key.startswith("rank_")) == [f"rank_{group_rank}"]
+        expected = ResumableDataLoader(Augmented(), batch_size=3, shuffle=True, seed=SEED, rank=group_rank, world_size=2)
+        assert stopped[rank].batches + resumed[rank].batches == [
+            (epoch, _samples(batch)) for epoch in range(EPOCHS) for batch in expected
+        ]
