@@ -355,6 +355,17 @@ def test_custom_samplers_resume_exactly(sampler_kind, num_workers):
     assert_same_batches(rest, list(resumed) + list(resumed))
 
 
+def test_custom_sampler_resumes_with_another_batch_size_and_no_batching():
+    loader = ResumableDataLoader(Squares(40), batch_size=4, sampler=EveryThird(40))
+    iterator = iter(loader)
+    head = [next(iterator) for _ in range(2)]
+    resumed = ResumableDataLoader(Squares(40), batch_size=None, sampler=EveryThird(40))
+    resumed.load_state_dict(loader.state_dict())
+    assert len(resumed) == 14
+    tail = [index for index, _ in resumed]
+    assert flatten(head) + tail == list(range(0, 40, 3))
+
+
 def test_custom_batch_sampler_resumes_by_batches():
     def make():
         return ResumableDataLoader(Squares(30), batch_sampler=BatchSampler(SequentialSampler(range(30)), 7, False))
