@@ -95,6 +95,13 @@ def test_same_batches_with_pin_memory():
     assert_same_batches(expected, actual)
 
 
+def test_spawned_workers_get_the_wrapped_dataset_by_pickle():
+    """The "spawn" start method pickles the dataset wrapper into each worker."""
+    kwargs = dict(batch_size=4, num_workers=2, multiprocessing_context="spawn", shuffle=True, seed=3)
+    expected = ResumableDataLoader(Augmented(12), batch_size=4, shuffle=True, seed=3)
+    assert_same_batches(expected, ResumableDataLoader(Augmented(12), **kwargs))
+
+
 def test_len_and_loader_attributes_stay_torchs():
     dataset = Squares(23)
     loader = ResumableDataLoader(dataset, batch_size=4, drop_last=True)
