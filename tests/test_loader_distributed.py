@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import random
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy
 import pytest
 import torch
 import torch.distributed as dist
@@ -24,21 +22,11 @@ import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, plan_resume
 from dist_resume.order import EpochOrder
+from .datasets import Augmented
 
 LENGTH = 41
 SEED = 11
 EPOCHS = 2  # a resumed job finishes the interrupted epoch and runs the next one
-
-
-class Augmented:
-    """Sample = (index, torch.rand, random.random, numpy.random.rand): its augmentation draws
-    from all three global generators that G4 seeds."""
-
-    def __len__(self) -> int:
-        return LENGTH
-
-    def __getitem__(self, index: int) -> tuple[int, float, float, float]:
-        return index, torch.rand(()).item(), random.random(), float(numpy.random.rand())
 
 
 class Job(NamedTuple):
@@ -93,8 +81,9 @@ class Consumed(NamedTuple):
     lengths: dict[int, int]
 
 
-def _samples(batch: list[torch.Tensor]) -> list[tuple]:
-    return list(zip(batch[0].tolist(), *(values.tolist() for values in batch[1:])))
+def _samples(batch: dict[str, torch.Tensor]) -> list[tuple]:
+    """(index, torch, random, numpy) per sample of a collated batch of `Augmented`."""
+    return list(zip(*(batch[key].tolist() for key in ("index", "torch", "random", "numpy"))))
 
 
 def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
@@ -109,7 +98,7 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
         group = groups[rank % 2]
     loader = ResumableDataLoader(
-        Augmented(), batch_size=job.batch_size, shuffle=True, seed=SEED, num_workers=job.num_workers,
+        Augmented(LENGTH), batch_size=job.batch_size, shuffle=True, seed=SEED, num_workers=job.num_workers,
         persistent_workers=job.persistent_workers, process_group=group,
     )
     if job.load:
@@ -168,7 +157,7 @@ def _merged_states(out: Path, name: str) -> dict[str, Any]:
 
 def _reference(global_batch: int) -> list[list[list[tuple]]]:
     """Per epoch, the global steps of an uninterrupted run at world size 1."""
-    loader = ResumableDataLoader(Augmented(), batch_size=global_batch, shuffle=True, seed=SEED, rank=0, world_size=1)
+    loader = ResumableDataLoader(Augmented(LENGTH), batch_size=global_batch, shuffle=True, seed=SEED, rank=0, world_size=1)
     return [[_samples(batch) for batch in loader] for _ in range(EPOCHS)]
 
 
@@ -279,7 +268,7 @@ def test_process_group_subgroup(out: Path) -> None:
         group_rank = rank // 2
         state = torch.load(out / f"subgroup_stop-state-{rank}.pt")
         assert sorted(key for key in state if key.startswith("rank_")) == [f"rank_{group_rank}"]
-        expected = ResumableDataLoader(Augmented(), batch_size=3, shuffle=True, seed=SEED, rank=group_rank, world_size=2)
+        expected = ResumableDataLoader(Augmented(LENGTH), batch_size=3, shuffle=True, seed=SEED, rank=group_rank, world_size=2)
         assert stopped[rank].batches + resumed[rank].batches == [
             (epoch, _samples(batch)) for epoch in range(EPOCHS) for batch in expected
         ]
