@@ -253,7 +253,10 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
         # A rank that moved past the plan's epoch dropped the plan; DCP keeps one copy
         # of the replicated key, so it may see the plan its peers still held.
         dropped = state.plan_digest == plan_digest([]) and plan_epoch != state.epoch
-        if state.plan_digest != loaded_digest and not dropped:
+        # A rank that finished its epoch needs nothing of that epoch's plan, which the
+        # copy of a peer already in the next epoch no longer holds.
+        done = bool(state.epoch_finished) and plan_epoch != state.epoch
+        if state.plan_digest != loaded_digest and not (dropped or done):
             raise ResumeStateError(
                 f"loader state's {PLAN_KEY!r} does not match the digest rank {rank} recorded "
                 "(entries from different saves mixed?)"
