@@ -8,10 +8,12 @@ a single-process reference (world_size=1, batch_size = the global batch, no proc
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 from collections import Counter
 from datetime import timedelta
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,8 +32,8 @@ EPOCHS = 2  # a resumed job finishes the interrupted epoch and runs the next one
 
 
 class Job(NamedTuple):
-    """One process group. `stop[r]`: batches rank r consumes before saving its state; None
-    runs to the end of epoch EPOCHS-1 (calling set_epoch before each epoch if `set_epoch`).
+    """One process group. `stop[r]`: batches rank r consumes (across epochs) before saving
+    its state; None runs to the end of epoch EPOCHS-1 (calling set_epoch before each epoch if `set_epoch`).
     `load`: the job whose saved states are loaded (`own_state`: only this rank's entry, else
     every saved rank's, merged)."""
 
@@ -62,6 +64,9 @@ JOBS = {
     # G1 after an elastic resume: the 2x4 job above uninterrupted, and resumed (own entry).
     "uneven_again_full": Job(2, 4, load="uneven_stop"),
     "uneven_again_resume": Job(2, 4, num_workers=2, persistent_workers=True, load="uneven_again", own_state=True),
+    # ... and stopped at the end of epoch 0 (rank 0) and 1 batch into epoch 1 (rank 1).
+    "skew_stop": Job(2, 4, load="uneven_stop", stop=(3, 4)),
+    "skew_resume": Job(2, 4, load="skew_stop"),
     # G2-G4: 4 ranks x 2 -> 1 rank x 8.
     "one_stop": Job(4, 2, stop=(3, 3, 3, 3)),
     "one_resume": Job(1, 8, num_workers=2, load="one_stop"),
@@ -74,7 +79,7 @@ MAX_WORLD = max(job.world_size for job in JOBS.values())
 
 class Consumed(NamedTuple):
     """What one rank of one job consumed: per batch (epoch, samples); for each epoch it
-    served to the end, the padding positions and len() it reported before iterating."""
+    began, the padding positions and len() it reported before iterating."""
 
     batches: list[tuple[int, list[tuple]]]
     padding: dict[int, list[int]]
@@ -84,6 +89,20 @@ class Consumed(NamedTuple):
 def _samples(batch: dict[str, torch.Tensor]) -> list[tuple]:
     """(index, torch, random, numpy) per sample of a collated batch of `Augmented`."""
     return list(zip(*(batch[key].tolist() for key in ("index", "torch", "random", "numpy"))))
+
+
+def _serve(loader: ResumableDataLoader, set_epoch: bool, consumed: Consumed) -> Iterator[None]:
+    """Iterates the loader up to the end of epoch EPOCHS-1, recording into `consumed`;
+    yields after each batch."""
+    for next_epoch in range(loader.epoch, EPOCHS):
+        if set_epoch:
+            loader.set_epoch(next_epoch)
+        epoch = loader.epoch
+        consumed.padding[epoch] = loader.padding_positions()
+        consumed.lengths[epoch] = len(loader)
+        for batch in loader:
+            consumed.batches.append((epoch, _samples(batch)))
+            yield
 
 
 def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
@@ -110,17 +129,11 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         loader.load_state_dict(merged)
     consumed = Consumed([], {}, {})
     if job.stop is None:
-        for next_epoch in range(loader.epoch, EPOCHS):
-            if job.set_epoch:
-                loader.set_epoch(next_epoch)
-            epoch = loader.epoch
-            consumed.padding[epoch] = loader.padding_positions()
-            consumed.lengths[epoch] = len(loader)
-            consumed.batches.extend((epoch, _samples(batch)) for batch in loader)
+        for _ in _serve(loader, job.set_epoch, consumed):
+            pass
     else:
-        epoch = loader.epoch
-        for _, batch in zip(range(job.stop[rank]), loader):
-            consumed.batches.append((epoch, _samples(batch)))
+        for _ in itertools.islice(_serve(loader, job.set_epoch, consumed), job.stop[rank]):
+            pass
         torch.save(loader.state_dict(), out / f"{name}-state-{rank}.pt")
     torch.save(tuple(consumed), out / f"{name}-consumed-{rank}.pt")
     dist.barrier()
@@ -187,7 +200,7 @@ def _global_steps(jobs: list[list[Consumed]], epoch: int) -> list[list[int]]:
         per_rank = [_batches(rank, epoch) for rank in ranks]
         assert len({len(batches) for batches in per_rank}) == 1, "ranks consumed different numbers of batches"
         for batches, rank in zip(per_rank, ranks):
-            if rank.padding.get(epoch):
+            if rank.padding.get(epoch) and len(batches) == rank.lengths[epoch]:  # the final batch
                 batches[-1] = batches[-1][: -len(rank.padding[epoch])]
         steps += [sorted(s[0] for batches in per_rank for s in batches[k]) for k in range(len(per_rank[0]))]
     return steps
@@ -203,17 +216,21 @@ def _check_values(jobs: list[list[Consumed]]) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "full,stop,resume",
-    [("same_full", "same_stop", "same_resume"), ("uneven_again_full", "uneven_again", "uneven_again_resume")],
+    [
+        ("same_full", "same_stop", "same_resume"),
+        ("uneven_again_full", "uneven_again", "uneven_again_resume"),
+        ("uneven_again_full", "skew_stop", "skew_resume"),
+    ],
 )
 def test_same_world_size_resume_continues_exactly(out: Path, full: str, stop: str, resume: str) -> None:
-    """G1: ranks stopped after different counts, each loads only its own entry and continues
-    with other num_workers (2 -> 0 on a fresh epoch; 2 -> 2 persistent after an elastic
-    resume): indices, values, padding and len() as in the uninterrupted run."""
+    """G1: ranks stopped after different counts (the last case: one at the end of epoch 0, one
+    in epoch 1, after an elastic resume) load their own entry or every rank's, with other
+    num_workers: indices, values, padding and len() as in the uninterrupted run."""
     full_run, stopped, resumed = (_consumed(out, name) for name in (full, stop, resume))
     for rank in range(JOBS[full].world_size):
         assert stopped[rank].batches + resumed[rank].batches == full_run[rank].batches
-        assert resumed[rank].padding == full_run[rank].padding
-        assert resumed[rank].lengths == full_run[rank].lengths
+        assert {**stopped[rank].padding, **resumed[rank].padding} == full_run[rank].padding
+        assert {**stopped[rank].lengths, **resumed[rank].lengths} == full_run[rank].lengths
 
 
 @pytest.mark.slow
