@@ -12,8 +12,8 @@ import itertools
 import multiprocessing
 import os
 from collections import Counter
-from datetime import timedelta
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,6 +24,7 @@ import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, plan_resume
 from dist_resume.order import EpochOrder
+
 from .datasets import Augmented
 
 LENGTH = 41
@@ -33,9 +34,9 @@ EPOCHS = 2  # a resumed job finishes the interrupted epoch and runs the next one
 
 class Job(NamedTuple):
     """One process group. `stop[r]`: batches rank r consumes (across epochs) before saving
-    its state; None runs to the end of epoch EPOCHS-1 (calling set_epoch before each epoch if `set_epoch`).
-    `load`: the job whose saved states are loaded (`own_state`: only this rank's entry, else
-    every saved rank's, merged)."""
+    its state; None runs to the end of epoch EPOCHS-1 (calling set_epoch before each epoch
+    if `set_epoch`). `load`: the job whose saved states are loaded (`own_state`: only this
+    rank's entry, else every saved rank's, merged)."""
 
     world_size: int
     batch_size: int
@@ -189,7 +190,7 @@ def _check_exactly_once(jobs: list[list[Consumed]], epoch: int) -> list[list[int
     indices = Counter(s[0] for ranks in jobs for rank in ranks for batch in _batches(rank, epoch) for s in batch)
     padding = [rank.padding[epoch] for rank in jobs[-1]]
     assert [len(_batches(rank, epoch)) for rank in jobs[-1]] == [rank.lengths[epoch] for rank in jobs[-1]]
-    assert indices == Counter(range(LENGTH)) + Counter(_indices(epoch, sum(padding, [])))
+    assert indices == Counter(range(LENGTH)) + Counter(_indices(epoch, [p for positions in padding for p in positions]))
     return padding
 
 
