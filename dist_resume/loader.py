@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .iterable import STREAM_KEY, StreamCursor
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
@@ -24,7 +25,9 @@ from .state import (
     decode,
     encode,
     plan_digest,
+    rank_key,
 )
+from .sharded_stream import ShardedStream
 from .stream import Plan, rank_positions
 
 # Positions mapped to indices per vectorized call: large enough that the per-call
@@ -142,7 +145,17 @@ class ResumableDataLoader(DataLoader):
       `DeviceMesh`), else rank 0 of 1. `batch_size` is per rank.
     - `even_batches` (with `drop_last=False`): pad the final global batch from the start
       of the epoch so every rank gets the same number of batches (default), or not.
-    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample.
+    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample
+      (for an IterableDataset: at the start of each worker's stream, from `(seed, epoch,
+      rank, worker)`).
+    - `snapshot_every` (IterableDataset with `state_dict`/`load_state_dict`): each worker
+      saves its dataset's state after every `snapshot_every`-th batch it produces; a
+      resume loads the last snapshot of a yielded batch and replays the fewer than
+      `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
+      per batch).
+
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
+    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.iterable`).
 
     The loader is a cursor over its epoch: a new `iter()` continues where the last
     consumed batch left off. After an epoch is exhausted the next `iter()` starts the
@@ -176,12 +189,8 @@ class ResumableDataLoader(DataLoader):
         process_group=None,
         even_batches: bool = True,
         deterministic_transforms: bool = True,
+        snapshot_every: int = 16,
     ) -> None:
-        if isinstance(dataset, IterableDataset):
-            raise TypeError(
-                "ResumableDataLoader needs a map-style dataset (with __getitem__ and __len__); "
-                f"got the IterableDataset {type(dataset).__name__}"
-            )
         if not in_order:
             raise ValueError(
                 "in_order=False lets workers return batches out of order, so 'consumed' would not be "
@@ -211,12 +220,15 @@ class ResumableDataLoader(DataLoader):
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.seed = seed
-        self.shuffle = bool(shuffle)
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every) if isinstance(dataset, IterableDataset) else None
+        self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = deterministic_transforms
         self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
         self._user_sampler = batch_sampler if batch_sampler is not None else sampler
-        if batch_sampler is not None:
+        if self._stream is not None:
+            self._sampling = Sampling.STREAM
+        elif batch_sampler is not None:
             self._sampling = Sampling.BATCH_SAMPLER
         elif sampler is not None:
             self._sampling = Sampling.SAMPLER
@@ -230,7 +242,7 @@ class ResumableDataLoader(DataLoader):
             self._sampling = Sampling.EPOCH_ORDER
         self._rank_batch_size = batch_size if batch_size is not None else 1
         self._mode = TailMode.of(drop_last, even_batches)
-        self._dataset_length = len(dataset)
+        self._dataset_length = self._stream.length if self._stream is not None else len(dataset)
         self._progress = _Progress(0, Plan(self._dataset_length, self._mode, 0))
         self._plan_values: list[int] = []  # the elastic plan this job loaded; saved by every rank
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
@@ -257,6 +269,8 @@ class ResumableDataLoader(DataLoader):
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
+        if self._stream is not None:
+            return super().__len__()  # the dataset's own __len__, as torch does
         return len(self.batch_sampler)
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
@@ -311,6 +325,8 @@ class ResumableDataLoader(DataLoader):
             self._plan_values = []  # the plan only concerns its own epoch
         self._progress = _Progress(epoch, self._plan_for(epoch))
         self._sampler_snapshot = None
+        if self._stream is not None:
+            self._stream.start_epoch()
         self._generation += 1
 
     def _next_progress(self) -> _Progress:
@@ -328,6 +344,10 @@ class ResumableDataLoader(DataLoader):
         self._progress.chosen = False
         self._generation += 1
         self._sizes = collections.deque()
+        if self._stream is not None:
+            inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
+                                        self.deterministic_transforms, self.seed)
+            return _ResumingIterator(self, self._stream.yielded(iter(inner), self._sizes), self._generation)
         return _ResumingIterator(self, iter(self._inner_loader()), self._generation)
 
     def _inner_loader(self) -> DataLoader:
@@ -441,7 +461,10 @@ class ResumableDataLoader(DataLoader):
         sampler_state = None
         if callable(getattr(self._user_sampler, "state_dict", None)):
             sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
-        return encode(state, self._plan_values, sampler_state)
+        state_dict = encode(state, self._plan_values, sampler_state)
+        if self._stream is not None:
+            state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
+        return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at the next `iter()` (G1, G6). `state_dict` holds this
@@ -449,6 +472,12 @@ class ResumableDataLoader(DataLoader):
         batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
         saved = decode(state_dict)
         saved.check_identity(self.identity)
+        if self._stream is not None:
+            own = self._stream.load(state_dict, saved, self.rank, self.world_size)
+            self._progress = _Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
+                                       own.samples_consumed, bool(own.epoch_finished))
+            self._generation += 1
+            return
         resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
         if resume.remapped:
             finished = resume.plan.length == 0
