@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .dataset_state import DATASET_KEY, DatasetStates, TaggingCollate
 from .iterable import STREAM_KEY, StreamCursor
 from .layout import Layout, TailMode
 from .order import EpochOrder
@@ -29,6 +30,7 @@ from .state import (
 )
 from .sharded_stream import ShardedStream
 from .stream import Plan, rank_positions
+from .worker_roles import Tagged, is_stateful
 
 # Positions mapped to indices per vectorized call: large enough that the per-call
 # cost of tensor operations vanishes, small enough that the first batch is quick.
@@ -37,11 +39,14 @@ _POSITIONS_PER_CHUNK = 16384
 
 class BatchRequest(NamedTuple):
     """What the main process asks a worker to fetch: indices, and the epoch positions
-    they sit at (which seed their randomness)."""
+    they sit at (which seed their randomness); for a stateful dataset, the worker role
+    that fetches them and the dataset state to load first (`restore`)."""
 
     epoch: int
     positions: list[int]
     indices: list[int]
+    role: int = 0
+    restore: Any = None
 
 
 class _SeededDataset(Dataset):
@@ -57,8 +62,17 @@ class _SeededDataset(Dataset):
         object.__setattr__(self, "_deterministic", deterministic)
         object.__setattr__(self, "_seeder", SampleSeeder())
         object.__setattr__(self, "_batched", callable(getattr(dataset, "__getitems__", None)))
+        object.__setattr__(self, "_stateful", is_stateful(dataset))
 
     def __getitems__(self, request: BatchRequest) -> list[Any]:
+        if not self._stateful:
+            return self._fetch(request)
+        if request.restore is not None:
+            self._dataset.load_state_dict(request.restore)
+        samples = self._fetch(request)
+        return [Tagged(samples, request.role, len(samples), self._dataset.state_dict())]
+
+    def _fetch(self, request: BatchRequest) -> list[Any]:
         if self._batched:
             # One call fetches the whole batch, so its randomness is seeded per batch:
             # reproducible for the same batch, not per sample.
@@ -86,7 +100,8 @@ class _SeededDataset(Dataset):
         setattr(self._dataset, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {name: object.__getattribute__(self, name) for name in ("_dataset", "_seed", "_deterministic", "_batched")}
+        names = ("_dataset", "_seed", "_deterministic", "_batched", "_stateful")
+        return {name: object.__getattribute__(self, name) for name in names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -249,6 +264,8 @@ class ResumableDataLoader(DataLoader):
         self._generation = 0
         self._sizes: collections.deque[int] = collections.deque()
         self._inner: DataLoader | None = None
+        stateful_dataset = self._stream is None and is_stateful(dataset)
+        self._dataset_states = DatasetStates(dataset, num_workers) if stateful_dataset else None
 
     # -- what the loader is -------------------------------------------------------
 
@@ -348,11 +365,16 @@ class ResumableDataLoader(DataLoader):
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
             return _ResumingIterator(self, self._stream.yielded(iter(inner), self._sizes), self._generation)
-        return _ResumingIterator(self, iter(self._inner_loader()), self._generation)
+        inner = iter(self._inner_loader())
+        if self._dataset_states is not None:
+            inner = self._dataset_states.yielded(inner)
+        return _ResumingIterator(self, inner, self._generation)
 
     def _inner_loader(self) -> DataLoader:
         if self._inner is None:
             collate = self.collate_fn if self._auto_collation else _SingleSample(self.collate_fn)
+            if self._dataset_states is not None:
+                collate = TaggingCollate(collate)
             self._inner = DataLoader(
                 _SeededDataset(self.dataset, self.seed, self.deterministic_transforms),
                 batch_sampler=_RequestSampler(self),
@@ -377,7 +399,7 @@ class ResumableDataLoader(DataLoader):
             requests = self._epoch_order_requests(progress.epoch, progress.plan, start[0])
         else:
             requests = self._user_sampler_requests(progress.epoch, *start)
-        return _recording_sizes(requests, self._sizes)
+        return _recording_sizes(requests, self._sizes, start[0], self._dataset_states)
 
     def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:
         layout = Layout(plan.length, self.world_size, self._rank_batch_size, self._mode)
@@ -464,6 +486,8 @@ class ResumableDataLoader(DataLoader):
         state_dict = encode(state, self._plan_values, sampler_state)
         if self._stream is not None:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
+        if self._dataset_states is not None:
+            state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
         return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -479,6 +503,9 @@ class ResumableDataLoader(DataLoader):
             self._generation += 1
             return
         resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
+        if self._dataset_states is not None:
+            entry = state_dict.get(rank_key(self.rank), {}).get(DATASET_KEY)
+            self._dataset_states.load(entry, saved.any.world_size, self.world_size)
         if resume.remapped:
             finished = resume.plan.length == 0
         else:
@@ -520,11 +547,17 @@ class _ResumingIterator:
         return batch
 
 
-def _recording_sizes(requests: Iterator[BatchRequest], sizes: collections.deque[int]) -> Iterator[BatchRequest]:
+def _recording_sizes(
+    requests: Iterator[BatchRequest], sizes: collections.deque[int], first_batch: int, states: DatasetStates | None
+) -> Iterator[BatchRequest]:
     # Batches come back in request order (in_order=True), so the sizes queue tells the
     # size of each batch as it is yielded.
-    for request in requests:
+    for sent, request in enumerate(requests):
         sizes.append(len(request.indices))
+        if states is not None:
+            # Request `sent` goes to worker `sent % roles`: its first one restores its role's state.
+            role = states.role(first_batch + sent)
+            request = request._replace(role=role, restore=states.restore(role) if sent < states.roles else None)
         yield request
 
 
