@@ -31,7 +31,7 @@ from .state import RankState, ResumeStateError, SavedStates, rank_key
 from .worker_roles import Tagged, is_stateful, play_role
 
 STREAM_KEY = "stream"
-_META = "meta"  # int64[kind, num_workers, last_role, digest]
+_META = "meta"  # int64[kind, num_workers, last role, digest]
 _SNAPSHOT_KIND, _SHARD_KIND = 0, 1
 
 
@@ -244,6 +244,7 @@ class StreamCursor:
     def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int) -> None:
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
             raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+        self.num_workers = num_workers
         self.roles = max(num_workers, 1)
         if isinstance(dataset, ShardedStream):
             self._records: _SnapshotRecords | _ShardRecords = _ShardRecords(dataset)
@@ -296,30 +297,30 @@ class StreamCursor:
             yield tagged.batch
 
     def state(self) -> dict[str, Any]:
-        meta = [self._records.kind, self.roles, self._last_role, self._records.digest()]
+        meta = [self._records.kind, self.num_workers, self._last_role, self._records.digest()]
         return {_META: torch.tensor(meta, dtype=torch.int64), **self._records.state()}
 
     def load(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int, world_size: int) -> RankState:
         """Continue from a loaded state; returns the saved progress this rank continues (its
         own when the layout is unchanged; else a fresh count in the ranks' common epoch)."""
         entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
-        kind, roles, last_role, digest = next(iter(entries.values()))[_META].tolist()
+        kind, num_workers, last_role, digest = next(iter(entries.values()))[_META].tolist()
         if kind != self._records.kind:
             raise ResumeStateError(f"loader state was saved for {_KIND_WORDS[kind]}; this loader reads {_KIND_WORDS[self._records.kind]}")
         if digest != self._records.digest():
             raise ResumeStateError("loader state was saved for a ShardedStream with other shards, shuffle, window or seed")
         saved_world_size = saved.any.world_size
-        if (saved_world_size, roles) == (world_size, self.roles):
+        if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
             if rank not in saved.ranks:
                 saved.require_complete(f"resuming rank {rank}")
             self._records.load([entries[rank]])
             self._last_role = last_role
             return saved.ranks[rank]
-        describe = (f"at world size {saved_world_size} with {roles} worker stream(s) per rank; this loader has "
-                    f"world size {world_size} and {self.roles}")
+        describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
+                    f"world size {world_size} with num_workers={self.num_workers}")
         if not self._records.elastic:
             raise ResumeStateError(
-                f"loader state was saved {describe}; an IterableDataset other than ShardedStream resumes only "
+                f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
                 "with the saved world size and num_workers"
             )
         saved.require_complete(f"resuming {describe}")
