@@ -286,9 +286,7 @@ class ResumableDataLoader(DataLoader):
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
-        if self._stream is not None:
-            return super().__len__()  # the dataset's own __len__, as torch does
-        return len(self.batch_sampler)
+        return super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
         """Positions of `epoch`'s order (default: the current) that this rank's final batch
