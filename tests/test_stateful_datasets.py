@@ -146,7 +146,6 @@ def test_snapshot_every_must_be_a_positive_int(bad):
 def test_worker_init_fn_sees_the_role_and_the_users_dataset():
     """After a resume, worker 0 may continue role 1's stream: its worker_init_fn and the
     dataset see id 1."""
-    seen = []
 
     def init(worker_id):
         info = torch.utils.data.get_worker_info()
