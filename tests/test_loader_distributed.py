@@ -46,6 +46,7 @@ class Job(NamedTuple):
     load: str | None = None
     own_state: bool = False
     set_epoch: bool = False
+    even_batches: bool = True
     subgroups: bool = False  # shard over dist.new_group data-parallel groups {0,2} and {1,3}
 
 
@@ -68,6 +69,9 @@ JOBS = {
     # ... and stopped at the end of epoch 0 (rank 0) and 1 batch into epoch 1 (rank 1).
     "skew_stop": Job(2, 4, load="uneven_stop", stop=(3, 4)),
     "skew_resume": Job(2, 4, load="skew_stop"),
+    # G2 with even_batches=False (no padding; ranks may get a batch less): 3x2 -> 2x4.
+    "no_pad_stop": Job(3, 2, stop=(4, 6, 5), even_batches=False),
+    "no_pad_resume": Job(2, 4, num_workers=2, load="no_pad_stop", even_batches=False),
     # G2-G4: 4 ranks x 2 -> 1 rank x 8.
     "one_stop": Job(4, 2, stop=(3, 3, 3, 3)),
     "one_resume": Job(1, 8, num_workers=2, load="one_stop"),
@@ -119,7 +123,7 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         group = groups[rank % 2]
     loader = ResumableDataLoader(
         Augmented(LENGTH), batch_size=job.batch_size, shuffle=True, seed=SEED, num_workers=job.num_workers,
-        persistent_workers=job.persistent_workers, process_group=group,
+        persistent_workers=job.persistent_workers, process_group=group, even_batches=job.even_batches,
     )
     if job.load:
         saved = JOBS[job.load]
@@ -207,6 +211,17 @@ def _global_steps(jobs: list[list[Consumed]], epoch: int) -> list[list[int]]:
     return steps
 
 
+def _check_planned(out: Path, saved: str, name: str) -> None:
+    """Job `name`'s ranks consumed, in epoch 0, the (first `stop`) batches that plan_resume
+    computes from the merged states of job `saved`."""
+    job = JOBS[name]
+    plan = plan_resume(_merged_states(out, saved), job.world_size, job.batch_size)
+    for rank, consumed in enumerate(_consumed(out, name)):
+        planned = [_indices(0, batch.positions) for batch in plan.batches(rank)]
+        stop = len(planned) if job.stop is None else job.stop[rank]
+        assert [[s[0] for s in batch] for batch in _batches(consumed, 0)] == planned[:stop]
+
+
 def _check_values(jobs: list[list[Consumed]]) -> None:
     """G4: every sample's augmentation equals the reference's for its (epoch, index)."""
     values = {(epoch, s[0]): s for epoch, (batch,) in enumerate(_reference(LENGTH)) for s in batch}
@@ -264,15 +279,23 @@ def test_elastic_resumes_after_uneven_stops(out: Path) -> None:
     each index once per epoch, plus the padding the last job reports."""
     names = ["uneven_stop", "uneven_again", "uneven_end"]
     jobs = [_consumed(out, name) for name in names]
-    for saved, name, ranks in zip(names, names[1:], jobs[1:]):
-        job = JOBS[name]
-        plan = plan_resume(_merged_states(out, saved), job.world_size, job.batch_size)
-        for rank, consumed in enumerate(ranks):
-            planned = [_indices(0, batch.positions) for batch in plan.batches(rank)]
-            stop = len(planned) if job.stop is None else job.stop[rank]
-            assert [[s[0] for s in batch] for batch in _batches(consumed, 0)] == planned[:stop]
+    _check_planned(out, "uneven_stop", "uneven_again")
+    _check_planned(out, "uneven_again", "uneven_end")
     assert _check_exactly_once(jobs, 0) == [[], [0], [1], [2]]
     assert _check_exactly_once(jobs[2:], 1) == [[], [0], [1], [2]]
+    _check_values(jobs)
+
+
+@pytest.mark.slow
+def test_elastic_resume_without_padding(out: Path) -> None:
+    """G2, G4 with even_batches=False, 3x2 stopped after 4, 6 and 5 batches -> 2x4: each
+    index exactly once per epoch, no padding; in epoch 1 (41 = 5 x 8 + 1) rank 1 gets a
+    batch less than rank 0, as its len() said."""
+    jobs = [_consumed(out, "no_pad_stop"), _consumed(out, "no_pad_resume")]
+    _check_planned(out, "no_pad_stop", "no_pad_resume")
+    assert _check_exactly_once(jobs, 0) == [[], []]
+    assert _check_exactly_once(jobs[1:], 1) == [[], []]
+    assert [rank.lengths[1] for rank in jobs[1]] == [6, 5]
     _check_values(jobs)
 
 
