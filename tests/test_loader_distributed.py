@@ -241,12 +241,13 @@ def _check_values(jobs: list[list[Consumed]]) -> None:
 def test_same_world_size_resume_continues_exactly(out: Path, full: str, stop: str, resume: str) -> None:
     """G1: ranks stopped after different counts (the last case: one at the end of epoch 0, one
     in epoch 1, after an elastic resume) load their own entry or every rank's, with other
-    num_workers: indices, values, padding and len() as in the uninterrupted run."""
+    num_workers: indices, values (G4), padding and len() as in the uninterrupted run."""
     full_run, stopped, resumed = (_consumed(out, name) for name in (full, stop, resume))
     for rank in range(JOBS[full].world_size):
         assert stopped[rank].batches + resumed[rank].batches == full_run[rank].batches
         assert {**stopped[rank].padding, **resumed[rank].padding} == full_run[rank].padding
         assert {**stopped[rank].lengths, **resumed[rank].lengths} == full_run[rank].lengths
+    _check_values([full_run])
 
 
 @pytest.mark.slow
