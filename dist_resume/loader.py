@@ -259,7 +259,9 @@ class ResumableDataLoader(DataLoader):
         self._mode = TailMode.of(drop_last, even_batches)
         self._dataset_length = self._stream.length if self._stream is not None else len(dataset)
         self._progress = _Progress(0, Plan(self._dataset_length, self._mode, 0))
-        self._plan_values: list[int] = []  # the elastic plan this job loaded; saved by every rank
+        # The elastic plan this job loaded: fixed until the next load, so that every rank
+        # saves the same replicated value (DCP keeps one copy of it), whatever its epoch.
+        self._plan_values: list[int] = []
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
         self._generation = 0
         self._sizes: collections.deque[int] = collections.deque()
@@ -336,8 +338,6 @@ class ResumableDataLoader(DataLoader):
         return Plan(self._dataset_length, self._mode, epoch)
 
     def _switch_epoch(self, epoch: int) -> None:
-        if self._plan_values and self._plan_values[0] != epoch:
-            self._plan_values = []  # the plan only concerns its own epoch
         self._progress = _Progress(epoch, self._plan_for(epoch))
         self._sampler_snapshot = None
         if self._stream is not None:
@@ -508,7 +508,7 @@ class ResumableDataLoader(DataLoader):
             finished = resume.plan.length == 0
         else:
             finished = bool(saved.ranks[self.rank].epoch_finished)
-        self._plan_values = resume.plan.encode()
+        self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
         self._progress = _Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
         self._sampler_snapshot = saved.sampler_states.get(self.rank)
         self._generation += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .layout import Layout, TailMode
-from .state import ResumeStateError, SavedStates, Sampling, decode, plan_digest
+from .state import ResumeStateError, SavedStates, Sampling, decode
 from .stream import Plan, rank_positions
 
 
@@ -113,10 +113,6 @@ class _Resumer:
         state = saved.ranks[rank]
         plan = self._plan_of(state.epoch)
         layout = Layout(plan.length, self.world_size, self.batch_size, self.mode)
-        if state.epoch_finished and plan_digest(plan.encode()) != state.plan_digest:
-            # Finished, and its epoch's plan is gone (see `decode`): nothing of it remains.
-            done = layout.num_batches(rank)
-            return RankResume(state.epoch, plan, layout, done, layout.slots_before(rank, done), False)
         _check_progress(state, layout)
         return RankResume(state.epoch, plan, layout, state.batches_consumed, state.samples_consumed, False)
 

@@ -249,16 +249,11 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
                     f"rank {first_rank} has {name}={getattr(first, name)}"
                 )
         _check_counts(state)
+    # The plan is fixed for the life of a job (set when it loads), so every rank of one
+    # save recorded the same digest, whatever epoch it has reached.
     loaded_digest = plan_digest(plan_values)
-    plan_epoch = plan_values[0] if plan_values else None
     for rank, state in sorted(ranks.items()):
-        # A rank that moved past the plan's epoch dropped the plan; DCP keeps one copy
-        # of the replicated key, so it may see the plan its peers still held.
-        dropped = state.plan_digest == plan_digest([]) and plan_epoch != state.epoch
-        # A rank that finished its epoch needs nothing of that epoch's plan, which the
-        # copy of a peer already in the next epoch no longer holds.
-        done = bool(state.epoch_finished) and plan_epoch != state.epoch
-        if state.plan_digest != loaded_digest and not (dropped or done):
+        if state.plan_digest != loaded_digest:
             raise ResumeStateError(
                 f"loader state's {PLAN_KEY!r} does not match the digest rank {rank} recorded "
                 "(entries from different saves mixed?)"

@@ -528,3 +528,40 @@ def test_worker_init_fn_reaches_the_users_dataset():
 
     values = [int(v) for batch in ResumableDataLoader(Offset(6), batch_size=2, num_workers=2, worker_init_fn=init) for v in batch]
     assert values == list(range(100, 106))
+
+
+def test_merged_states_of_ranks_in_different_epochs_resume_after_an_elastic_plan():
+    """The elastic plan is fixed for a job's life: a rank already in the next epoch saves
+    the same replicated plan as a peer still finishing the planned epoch, so any merge of
+    their states resumes both exactly."""
+
+    def make(rank, world_size, batch_size):
+        return ResumableDataLoader(Squares(23), batch_size=batch_size, shuffle=True, rank=rank, world_size=world_size)
+
+    first = [make(r, 3, 2) for r in range(3)]
+    merged = {}
+    for loader, stop in zip(first, (1, 2, 2)):  # an uneven stop: the next job has a plan
+        iterator = iter(loader)
+        for _ in range(stop):
+            next(iterator)
+        merged.update(loader.state_dict())
+    job = [make(r, 2, 4) for r in range(2)]
+    for loader in job:
+        loader.load_state_dict(merged)
+    behind = iter(job[0])
+    for _ in range(len(job[0]) - 1):
+        next(behind)
+    list(job[1])
+    ahead = iter(job[1])  # rank 1 is now in epoch 1
+    next(ahead)
+    states = [job[0].state_dict(), job[1].state_dict()]
+    expected = [list(behind), list(ahead) + list(job[1])]
+    for order in ((0, 1), (1, 0)):
+        merged = {}
+        for rank in order:
+            merged.update(states[rank])
+        resumed = [make(r, 2, 4) for r in range(2)]
+        for loader in resumed:
+            loader.load_state_dict(merged)
+        assert_same_batches(expected[0], list(resumed[0]))
+        assert_same_batches(expected[1], list(resumed[1]) + list(resumed[1]))
