@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[train] done: {args.epochs} epochs, step {step} committed", flush=True)
     if recorder is not None:
         recorder.close()
+    # Let gloo's worker threads finish with the last collective's Python tensors first:
+    # freeing DDP's process group while they still hold some deadlocks on the GIL.
+    dist.barrier()
     dist.destroy_process_group()
 
 
