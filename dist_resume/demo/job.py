@@ -53,19 +53,22 @@ def _gone(pid: int) -> bool:
         return False
 
 
-class TrainingJob:
-    """``torchrun --nproc-per-node N -m dist_resume.demo.train ARGS`` on one machine."""
+def torchrun_command(nproc: int, train_args: Sequence[str]) -> list[str]:
+    """``torchrun --nproc-per-node N -m dist_resume.demo.train ARGS`` on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--max-restarts=0",
+            "--module", "dist_resume.demo.train", *train_args]
 
-    def __init__(self, nproc: int, train_args: Sequence[str], log: str | os.PathLike,
-                 max_restarts: int = 0) -> None:
+
+class TrainingJob:
+    """A training job launched by ``command`` (torchrun or a launch script), output to ``log``."""
+
+    def __init__(self, command: Sequence[str], log: str | os.PathLike, env: dict[str, str] | None = None) -> None:
         self.log = Path(log)
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-                   f"--max-restarts={max_restarts}", "--module", "dist_resume.demo.train", *train_args]
         with open(self.log, "w") as out:
             # A session of its own: killing the job never reaches the caller.
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                            env=job_env(), start_new_session=True)
+            self.process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT,
+                                            env=job_env(env), start_new_session=True)
 
     def __enter__(self) -> TrainingJob:
         return self

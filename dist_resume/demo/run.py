@@ -21,7 +21,7 @@ from typing import TextIO
 from tqdm import tqdm
 
 from dist_resume.checkpoint import list_checkpoints
-from dist_resume.demo.job import TrainingJob, last_recorded_step
+from dist_resume.demo.job import TrainingJob, last_recorded_step, torchrun_command
 from dist_resume.demo.verify import Verdict, verify
 
 WORLD_SIZES = (2, 3, 1)
@@ -102,7 +102,7 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> Verdict:
         what = f"SIGKILL at step {kill}" if kill else "to the end"
         with tqdm(total=total, desc=f"phase {number}: {world_size} proc, {what}", unit="step",
                   file=sys.stderr, leave=False, disable=None) as bar, \
-                TrainingJob(world_size, args, config.workdir / f"phase{number}.log") as job:
+                TrainingJob(torchrun_command(world_size, args), config.workdir / f"phase{number}.log") as job:
             def show() -> None:
                 bar.n = last_recorded_step(records)
                 bar.refresh()
