@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -112,10 +113,24 @@ def pause_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:
     threading.Event().wait()  # until killed
 
 
+def init_distributed(backend: str) -> None:
+    """init_process_group from torchrun's environment. Under the elastic agent's store, the
+    keys go in a namespace of this restart: the agent keeps one store across restarts, and a
+    restarted rank could otherwise read the address of a dead peer of the previous attempt."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend)
+        return
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timedelta(minutes=5))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"dist_resume/attempt_{attempt}", store),
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
+    init_distributed("nccl" if cuda else "gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
