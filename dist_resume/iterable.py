@@ -323,7 +323,10 @@ class StreamCursor:
                 f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
                 "with the saved world size and num_workers"
             )
-        saved.require_complete(f"resuming {describe}")
+        saved.require_complete(
+            f"resuming at world size {world_size} with num_workers={self.num_workers} "
+            f"(saved: world size {saved_world_size} with num_workers={num_workers})"
+        )
         epochs = {state.epoch for state in saved.ranks.values()}
         if len(epochs) > 1:
             raise ResumeStateError(

@@ -9,7 +9,7 @@ import re
 import pytest
 from torch.utils.data import DataLoader
 
-from dist_resume import ResumableDataLoader, ResumeStateError
+from dist_resume import ResumableDataLoader, ResumeStateError, plan_resume
 from dist_resume.sharded_stream import ShardedStream
 
 from .s3_server import s3_bucket, s3_endpoint  # noqa: F401
@@ -73,8 +73,8 @@ def test_an_elastic_resume_needs_every_rank(urls):
     loader = make_loader(stream, 0, 2, 0)
     next(iter(loader))
     message = (
-        "loader state holds ranks [0] of a world of 2, ranks [1] are missing: resuming at world size 2 with "
-        "num_workers=0; this loader has world size 3 with num_workers=0 needs every rank's state "
+        "loader state holds ranks [0] of a world of 2, ranks [1] are missing: resuming at world size 3 with "
+        "num_workers=0 (saved: world size 2 with num_workers=0) needs every rank's state "
         "(use dist_resume.load_checkpoint, or merge the state_dict() of every rank)"
     )
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
@@ -135,3 +135,14 @@ def test_s3_storage_options_reach_the_reader(s3_bucket, s3_endpoint, monkeypatch
     options = {"client_kwargs": {"endpoint_url": s3_endpoint}}
     per_rank, _ = run_job(make_stream(urls, options), 1, 0, None, None)
     assert flat(per_rank) == all_items()
+
+
+def test_there_is_no_position_plan_for_a_stream(urls):
+    loader = make_loader(make_stream(urls), 0, 1, 0)
+    next(iter(loader))
+    message = (
+        "loader state belongs to an IterableDataset: it resumes per shard or per worker stream, "
+        "there is no position plan to show"
+    )
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
+        plan_resume(loader.state_dict(), 2)
