@@ -82,8 +82,10 @@ def _train_args(config: DemoConfig) -> list[str]:
             "--save-every", str(config.save_every), "--record", str(config.workdir / "records")]
 
 
-def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> Verdict:
-    """Run the three launches, verify their records, print the report; return the verdict."""
+def run_demo(config: DemoConfig, out: TextIO | None = None) -> Verdict:
+    """Run the three launches, verify their records, print the report (to ``out``, default
+    the current ``sys.stdout``); return the verdict."""
+    out = out or sys.stdout
     validate(config)
     config.workdir.mkdir(parents=True, exist_ok=True)
     records = config.workdir / "records"
