@@ -433,6 +433,32 @@ def load_checkpoint(
     return step
 
 
+def read_loader_states(
+    url: str,
+    step: int | None = None,
+    *,
+    key: str = "loader",
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """The loader state saved under ``key`` at committed ``step`` (default: the latest), with
+    every saved rank's entries merged; read in this process alone, no process group needed.
+    Returns ``(step, state)``; the state feeds ``dist_resume.state.decode`` or ``plan_resume``.
+    Loads plain data only (G8)."""
+    loc = resolve(url, storage_options)
+    chosen = _choose(loc, step)
+    if chosen is None:
+        raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
+    step, metadata = chosen
+    where = f"step {step} at {loc.url}"
+    if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
+        raise CheckpointError(f"{where} holds no data loader state under {key!r}")
+    targets, _ = _load_targets({key: None}, metadata)
+    reader = CheckpointReader(loc, loc.join(step_dir_name(step)), metadata)
+    _dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
+              planner=SafeLoadPlanner(where), no_dist=True)
+    return step, targets[key]
+
+
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
     """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored."""
     loc = resolve(url, storage_options)

@@ -1,0 +1,201 @@
+"""The ``dist-resume`` command: the demo, and a look into checkpoints without running a job.
+
+Every failure is one line on stderr (``dist-resume: error: ...``) and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from dist_resume.checkpoint import list_checkpoints, read_loader_states
+from dist_resume.errors import CheckpointError
+from dist_resume.remap import plan_resume
+from dist_resume.state import ResumeStateError, decode
+
+PROG = "dist-resume"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Exact, elastic mid-epoch resume for PyTorch: demo and checkpoint tools.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    demo = commands.add_parser("demo", help="train, crash, resume at 2 -> 3 -> 1 processes, verify")
+    demo.add_argument("--checkpoint", metavar="URL",
+                      help="where checkpoints go: path, s3://bucket/prefix... (default: WORKDIR/checkpoints)")
+    demo.add_argument("--workdir", type=Path, metavar="DIR",
+                      help="logs and records (default: ./runs/demo-<time>)")
+    demo.add_argument("--dataset-size", type=_count(1), default=100)
+    demo.add_argument("--global-batch", type=_count(1), default=12,
+                      help="a multiple of 6, split over 2, 3 and 1 processes")
+    demo.add_argument("--save-every", type=_count(1), default=2, metavar="STEPS")
+    demo.add_argument("--seed", type=_count(0), default=0)
+    demo.add_argument("--num-workers", type=_count(0), default=0)
+    demo.add_argument("--timeout", type=_count(1), default=300, metavar="SECONDS",
+                      help="limit for each launch of the job")
+
+    ls = commands.add_parser("ls", help="committed checkpoints: step, time, world size, size")
+    ls.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+
+    inspect = commands.add_parser("inspect", help="the data loader state of a checkpoint, rank by rank")
+    inspect.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+    inspect.add_argument("--step", type=_count(0), help="committed step (default: the latest)")
+    inspect.add_argument("--key", default="loader", help="state dict key of the loader (default: loader)")
+
+    plan = commands.add_parser("plan", help="what each rank would consume after resuming at another world size")
+    plan.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+    plan.add_argument("--world-size", type=_count(1), required=True, metavar="M")
+    plan.add_argument("--batch-size", type=_count(1), metavar="B",
+                      help="per-rank batch size after the resume (default: the saved one)")
+    plan.add_argument("--step", type=_count(0), help="committed step (default: the latest)")
+    plan.add_argument("--key", default="loader", help="state dict key of the loader (default: loader)")
+    return parser
+
+
+# ------------------------------------------------------------------ commands
+
+def _demo(args: argparse.Namespace) -> int:
+    from dist_resume.demo.job import JobError
+    from dist_resume.demo.run import DemoConfig, DemoError, default_checkpoint, default_workdir, run_demo
+
+    workdir = args.workdir or default_workdir()
+    config = DemoConfig(workdir=workdir, checkpoint=args.checkpoint or default_checkpoint(workdir),
+                        dataset_size=args.dataset_size, global_batch=args.global_batch,
+                        save_every=args.save_every, seed=args.seed, num_workers=args.num_workers,
+                        timeout=args.timeout)
+    try:
+        verdict = run_demo(config)
+    except (DemoError, JobError) as exc:
+        raise _Failure(str(exc)) from None
+    return 0 if verdict.passed else 1
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError
+
+
+def _ls(args: argparse.Namespace) -> int:
+    infos = list_checkpoints(args.url)
+    if not infos:
+        raise _Failure(f"no committed checkpoint at {args.url}")
+    rows = [("step", "committed at", "world size", "size")]
+    for info in infos:
+        when = datetime.datetime.fromtimestamp(info.committed_at).strftime("%Y-%m-%d %H:%M:%S")
+        rows.append((str(info.step), when, str(info.world_size), _size(info.size_bytes)))
+    _table(rows)
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    step, state = read_loader_states(args.url, args.step, key=args.key)
+    saved = decode(state)
+    first = saved.any
+    print(f"step {step}: data loader state of {len(saved.ranks)} rank(s) under {args.key!r}")
+    print(f"  dataset {first.dataset_length} samples, seed {first.seed}, shuffle {_on(first.shuffle)}, "
+          f"drop_last {_on(first.drop_last)}, even_batches {_on(first.even_batches)}")
+    print(f"  saved at world size {first.world_size}, per-rank batch {first.batch_size} "
+          f"(global batch {first.global_batch})")
+    if saved.plan_values:
+        print(f"  epoch {saved.plan_values[0]} continues an elastic resume (plan of {len(saved.plan_values)} integers)")
+    for rank, rank_state in sorted(saved.ranks.items()):
+        where = "finished" if rank_state.epoch_finished else "in progress"
+        print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
+              f"= {rank_state.samples_consumed} samples consumed this epoch")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    step, state = read_loader_states(args.url, args.step, key=args.key)
+    saved = decode(state)
+    plan = plan_resume(state, args.world_size, args.batch_size)
+    layout = plan.layout
+    print(f"step {step}: resuming at world size {layout.world_size}, per-rank batch {layout.batch_size} "
+          f"(global batch {layout.global_batch}); saved at world size {saved.any.world_size}, per-rank batch "
+          f"{saved.any.batch_size}")
+    if not any(plan.remaining_batches(rank) for rank in range(layout.world_size)):
+        print(f"  epoch {plan.epoch} is finished: every rank starts epoch {plan.epoch + 1} from its beginning")
+        return 0
+    print(f"  epoch {plan.epoch}: every rank continues it; then epoch {plan.epoch + 1} starts from its beginning")
+    for rank in range(layout.world_size):
+        batches = list(plan.batches(rank))
+        padding = sum(batch.padding for batch in batches)
+        samples = sum(len(batch.positions) for batch in batches) - padding
+        positions = [p for batch in batches for p in batch.positions[: len(batch.positions) - batch.padding]]
+        pad = f" + {padding} padding" if padding else ""
+        print(f"  rank {rank}: {len(batches)} batches, {samples} samples{pad}; positions {_ranges(positions)}")
+    return 0
+
+
+def _on(flag: int) -> str:
+    return "on" if flag else "off"
+
+
+def _ranges(positions: list[int], limit: int = 6) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``; at most ``limit`` ranges shown."""
+    if not positions:
+        return "none"
+    spans: list[list[int]] = []
+    for position in positions:
+        if spans and position == spans[-1][1] + 1:
+            spans[-1][1] = position
+        else:
+            spans.append([position, position])
+    words = [f"{a}-{b}" if b > a else str(a) for a, b in spans]
+    more = f", ... ({len(words) - limit} more ranges)" if len(words) > limit else ""
+    return ", ".join(words[:limit]) + more
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+class _Failure(Exception):
+    """A command's failure, reported as one line."""
+
+
+_COMMANDS = {"demo": _demo, "ls": _ls, "inspect": _inspect, "plan": _plan}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dist-resume``; return its exit code (0 ok, 1 failure or failed verdict, 2 usage)."""
+    args = _parser().parse_args(argv)
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    try:
+        return _COMMANDS[args.command](args)
+    except (_Failure, CheckpointError, ResumeStateError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""The demo training job of dist-resume, its records and their verification (``dist-resume demo``)."""

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# An elastic job: between MIN_NODES and MAX_NODES nodes; torchrun restarts the workers (up to
+# MAX_RESTARTS times) when one fails or nodes join or leave, and the script resumes from its
+# latest committed checkpoint at the new world size. Run the same command on every node.
+# Usage: bash launch/elastic.sh SCRIPT [SCRIPT ARGS...]
+# Environment: MIN_NODES (default 1), MAX_NODES (default MIN_NODES), MAX_RESTARTS (default 3),
+#   NPROC_PER_NODE (default 1), RDZV_ENDPOINT (host:port), RDZV_ID, RDZV_BACKEND (default c10d).
+# Example, one node, 2 processes, survives a crashed worker:
+#   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
+#     bash launch/elastic.sh launch/train.py --checkpoint ./runs/ckpt --global-batch 12
+set -euo pipefail
+: "${RDZV_ENDPOINT:?set RDZV_ENDPOINT}" "${RDZV_ID:?set RDZV_ID}"
+if [[ $# -lt 1 ]]; then echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; fi
+min="${MIN_NODES:-1}"
+exec torchrun --nnodes="$min:${MAX_NODES:-$min}" --nproc-per-node="${NPROC_PER_NODE:-1}" \
+    --max-restarts="${MAX_RESTARTS:-3}" \
+    --rdzv-backend="${RDZV_BACKEND:-c10d}" --rdzv-endpoint="$RDZV_ENDPOINT" --rdzv-id="$RDZV_ID" "$@"
