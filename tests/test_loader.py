@@ -95,6 +95,13 @@ def test_same_batches_with_pin_memory():
     assert_same_batches(expected, actual)
 
 
+def test_spawned_workers_get_the_wrapped_dataset_by_pickle():
+    """The "spawn" start method pickles the dataset wrapper into each worker."""
+    kwargs = dict(batch_size=4, num_workers=2, multiprocessing_context="spawn", shuffle=True, seed=3)
+    expected = ResumableDataLoader(Augmented(12), batch_size=4, shuffle=True, seed=3)
+    assert_same_batches(expected, ResumableDataLoader(Augmented(12), **kwargs))
+
+
 def test_len_and_loader_attributes_stay_torchs():
     dataset = Squares(23)
     loader = ResumableDataLoader(dataset, batch_size=4, drop_last=True)
@@ -355,6 +362,17 @@ def test_custom_samplers_resume_exactly(sampler_kind, num_workers):
     assert_same_batches(rest, list(resumed) + list(resumed))
 
 
+def test_custom_sampler_resumes_with_another_batch_size_and_no_batching():
+    loader = ResumableDataLoader(Squares(40), batch_size=4, sampler=EveryThird(40))
+    iterator = iter(loader)
+    head = [next(iterator) for _ in range(2)]
+    resumed = ResumableDataLoader(Squares(40), batch_size=None, sampler=EveryThird(40))
+    resumed.load_state_dict(loader.state_dict())
+    assert len(resumed) == 14
+    tail = [index for index, _ in resumed]
+    assert flatten(head) + tail == list(range(0, 40, 3))
+
+
 def test_custom_batch_sampler_resumes_by_batches():
     def make():
         return ResumableDataLoader(Squares(30), batch_sampler=BatchSampler(SequentialSampler(range(30)), 7, False))
@@ -496,16 +514,6 @@ def test_g6_elastic_resume_needs_every_rank():
 def test_bad_arguments_are_refused(kwargs, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         ResumableDataLoader(Squares(4), **kwargs)
-
-
-def test_iterable_datasets_are_refused_with_the_reason():
-    class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            return iter(range(3))
-
-    message = "ResumableDataLoader needs a map-style dataset (with __getitem__ and __len__); got the IterableDataset Stream"
-    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
-        ResumableDataLoader(Stream())
 
 
 def test_worker_init_fn_reaches_the_users_dataset():
