@@ -81,7 +81,7 @@ def run(moto: str, summary: Summary, *, rounds: int, rate: float = 0.1, seed: in
                 assert handle.result() == step
             _verify(url, options, step, saved, summary)
             summary.trials["object_store"] += 1
-        summary.add_faults(proxy.faults)
+        summary.add_faults("s3", proxy.faults)
 
     for name, point in FAIL_POINTS.items():
         step = rounds + 1
@@ -98,7 +98,7 @@ def run(moto: str, summary: Summary, *, rounds: int, rate: float = 0.1, seed: in
                 with pytest.raises(CheckpointError, match=rf"^cannot list checkpoints at {url}: storage error"):
                     load_checkpoint(_state(rng, step), url, storage_options=options)
                 summary.errors_as_expected += 1
-            summary.add_faults(proxy.faults)
+            summary.add_faults("s3", proxy.faults)
         assert not direct.exists(f"{bucket}/run/{step_dir_name(step)}/{MARKER}"), f"{name}: step {step} committed"
         assert [info.step for info in list_checkpoints(url, storage_options(moto))][-1] == rounds
         _verify(url, storage_options(moto), rounds, saved, summary)

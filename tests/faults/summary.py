@@ -19,8 +19,8 @@ class Summary:
     samples_repeated: int = 0
     corrupted_accepted: int = 0  # a damaged checkpoint loaded without an error
 
-    def add_faults(self, counts: Counter[str]) -> None:
-        self.faults.update(counts)
+    def add_faults(self, prefix: str, counts: Counter[str]) -> None:
+        self.faults.update({f"{prefix}.{kind}": count for kind, count in counts.items()})
 
     @property
     def clean(self) -> bool:
