@@ -165,6 +165,11 @@ def _check_progress(state, layout: Layout) -> None:
             f"loader state of rank {state.rank} is impossible: {state.batches_consumed} batches consumed "
             f"of an epoch that has {available}"
         )
+    if state.epoch_finished and state.batches_consumed != available:
+        raise ResumeStateError(
+            f"loader state of rank {state.rank} is impossible: its epoch is finished after "
+            f"{state.batches_consumed} of {available} batches"
+        )
     expected = layout.slots_before(state.rank, state.batches_consumed)
     if state.samples_consumed != expected:
         raise ResumeStateError(

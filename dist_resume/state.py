@@ -275,7 +275,8 @@ def _check_counts(state: RankState) -> None:
         problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
     if not 0 <= state.seed:
         problems.append(f"seed {state.seed}")
-    if state.epoch_finished not in (0, 1):
-        problems.append(f"epoch_finished {state.epoch_finished}")
+    for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
+        if getattr(state, flag) not in (0, 1):
+            problems.append(f"{flag} {getattr(state, flag)}")
     if problems:
         raise ResumeStateError(f"loader state of rank {state.rank} is impossible: " + "; ".join(problems))

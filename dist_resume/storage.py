@@ -114,6 +114,8 @@ def resolve(url: str | os.PathLike, storage_options: dict[str, Any] | None = Non
     text = os.fspath(url)
     secrets = tuple(_secret_values(options) + [v for k in _SECRET_ENV if (v := os.environ.get(k))])
     printable = redact_url(text)
+    if not text:  # fsspec reads "" as the current directory: an unset variable must not mean "here"
+        raise StorageError("cannot open storage for '': the checkpoint URL is empty")
     try:
         fs, root = fsspec.core.url_to_fs(text, **options)
     except (ValueError, ImportError, TypeError) as exc:

@@ -10,6 +10,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import s3fs
@@ -24,17 +25,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """URL of a moto S3 server on 127.0.0.1, for the whole session."""
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 while the context lasts; yields its URL."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server on 127.0.0.1, for the whole session."""
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

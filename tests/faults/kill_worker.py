@@ -1,0 +1,144 @@
+"""One rank of the kill campaign's training job (DDP + ResumableDataLoader + checkpoints).
+
+``python -m tests.faults.kill_worker <json args>`` with RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT set. It resumes from the latest committed checkpoint, records every batch it
+trains on (``record/run<R>-rank<r>.txt``: step, epoch, padding, indices), saves every
+``save_every`` steps (synchronous and asynchronous in turn), and, when ``kill`` is given,
+stops at that moment, writes ``ready`` and waits for SIGKILL:
+
+- ``training`` / ``workers_busy``: after training step start+offset (``workers_busy`` runs
+  with 2 DataLoader workers, whose prefetch is then in flight);
+- ``sync_save`` / ``async_save``: rank ``victim`` blocks in the middle of its shard of the
+  first save at or after start+offset (the asynchronous one while training goes on);
+- ``after_commit``: right after the first save at or after start+offset returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from fsspec.implementations.local import LocalFileSystem
+
+
+def _wait_for_kill(ready: str, step: int) -> None:
+    Path(f"{ready}.partial").write_text(str(step))
+    os.replace(f"{ready}.partial", ready)
+    threading.Event().wait()  # until SIGKILL
+
+
+class BlockingFileSystem(LocalFileSystem):
+    """Local files; once ``ready`` is set, the next shard write stores 100 bytes, writes
+    ``ready`` and blocks until the process is killed."""
+
+    protocol = "killblock"
+    ready: str | None = None
+
+    @classmethod
+    def _strip_protocol(cls, path: str) -> str:
+        return super()._strip_protocol(path.removeprefix("killblock://"))
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        file = super()._open(path, mode, **kwargs)
+        if self.ready and "w" in mode and path.endswith(".distcp"):
+            file.write(b"\0" * 100)
+            file.flush()
+            _wait_for_kill(self.ready, -1)
+        return file
+
+
+class Indices:
+    """Map-style dataset whose sample is its index."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class App:
+    """Model and optimizer as one DCP Stateful."""
+
+    def __init__(self, model: Any, optim: Any) -> None:
+        self.model, self.optim = model, optim
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optim = get_state_dict(self.model, self.optim)
+        return {"model": model, "optim": optim}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def main(args: dict[str, Any]) -> None:
+    import fsspec
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
+
+    warnings.filterwarnings("ignore")
+    fsspec.register_implementation("killblock", BlockingFileSystem, clobber=True)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    kind, offset, victim = args["kill"] or (None, 0, -1)
+    url = f"killblock://{args['dir']}"
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(1, 2))
+    optim = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = ResumableDataLoader(Indices(args["dataset_len"]), batch_size=args["batch_size"], shuffle=True,
+                                 seed=args["seed"], num_workers=2 if kind == "workers_busy" else 0)
+    state = {"app": App(model, optim), "loader": loader}
+    step = start = load_checkpoint(state, url) or 0
+    out = Path(args["record"])
+    if rank == 0:
+        (out / f"run{args['run']}-start.txt").write_text(str(start))
+    target = start + offset
+    handle = None
+    with open(out / f"run{args['run']}-rank{rank}.txt", "w") as record:
+        while loader.epoch < args["epochs"]:
+            epoch = loader.epoch
+            padding = len(loader.padding_positions())
+            for batch in loader:
+                model(batch.float().unsqueeze(1) / 100).pow(2).sum().backward()
+                optim.step()
+                optim.zero_grad()
+                step += 1
+                final = loader.epoch != epoch
+                record.write(f"{step} {epoch} {padding if final else 0} {','.join(map(str, batch.tolist()))}\n")
+                record.flush()
+                if kind in ("training", "workers_busy") and step == target:
+                    _wait_for_kill(args["ready"], step)
+                if step % args["save_every"]:
+                    continue
+                armed = kind in ("sync_save", "async_save") and step >= target and rank == victim
+                BlockingFileSystem.ready = args["ready"] if armed else None
+                asynchronous = kind == "async_save" if kind in ("sync_save", "async_save") and step >= target \
+                    else (step // args["save_every"]) % 2 == 1
+                handle = save_checkpoint(state, url, step, async_save=asynchronous, keep=args["keep"])
+                if kind == "after_commit" and step >= target:
+                    if handle is not None:
+                        handle.result()  # committed
+                    _wait_for_kill(args["ready"], step)
+    if handle is not None:
+        handle.result()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
