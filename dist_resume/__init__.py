@@ -1,6 +1,13 @@
 """dist-resume: exact, elastic mid-epoch resume for PyTorch training jobs."""
 
-from .checkpoint import CheckpointInfo, SaveHandle, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CheckpointInfo,
+    SaveHandle,
+    list_checkpoints,
+    load_checkpoint,
+    read_loader_states,
+    save_checkpoint,
+)
 from .errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -31,5 +38,6 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "plan_resume",
+    "read_loader_states",
     "save_checkpoint",
 ]
