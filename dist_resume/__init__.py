@@ -20,6 +20,7 @@ from .loader import ResumableDataLoader
 from .remap import PlannedBatch, ResumePlan, plan_resume
 from .sharded_stream import ShardedStream
 from .state import ResumeStateError
+from .train_state import TrainState
 
 __all__ = [
     "CheckpointCorruptError",
@@ -34,6 +35,7 @@ __all__ = [
     "SaveHandle",
     "ShardedStream",
     "StorageError",
+    "TrainState",
     "UnsafeCheckpointError",
     "list_checkpoints",
     "load_checkpoint",

@@ -57,49 +57,18 @@ def _setup() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-class _App:
-    """Model and optimizer as one DCP Stateful, the usual DCP recipe."""
-
-    def __init__(self, model: Any, optim: Any) -> None:
-        self.model, self.optim = model, optim
-
-    def state_dict(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        model, optim = get_state_dict(self.model, self.optim)
-        return {"model": model, "optim": optim}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        set_state_dict(self.model, self.optim, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-
-
-class _Indices:
-    """A map-style dataset whose sample is its own index, to count what was consumed."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _training(seed: int, dataset_len: int) -> tuple[Any, Any, Any]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
     from dist_resume.loader import ResumableDataLoader
+    from tests.datasets import Indices
 
     torch.manual_seed(seed)
     model = DistributedDataParallel(torch.nn.Linear(8, 4))
     optim = torch.optim.Adam(model.parameters(), lr=0.01)
     # even_batches=False: no padding, so "every sample exactly once" is exact equality.
-    loader = ResumableDataLoader(_Indices(dataset_len), batch_size=3, shuffle=True, seed=7, even_batches=False)
+    loader = ResumableDataLoader(Indices(dataset_len), batch_size=3, shuffle=True, seed=7, even_batches=False)
     return model, optim, loader
 
 
@@ -116,6 +85,7 @@ def elastic_save(args: dict[str, Any]) -> None:
     import torch
 
     from dist_resume.checkpoint import save_checkpoint
+    from dist_resume.train_state import TrainState
 
     rank, _ = _setup()
     model, optim, loader = _training(0, args["dataset_len"])
@@ -123,7 +93,7 @@ def elastic_save(args: dict[str, Any]) -> None:
     for _, batch in zip(range(args["train_steps"]), loader):
         _train_step(model, optim, batch)
         consumed += batch.tolist()
-    app = _App(model, optim)
+    app = TrainState(model, optim)
     out = Path(args["out"])
     if rank == 0:
         torch.save(app.state_dict(), out / "reference.pt")
@@ -143,6 +113,7 @@ def elastic_load(args: dict[str, Any]) -> None:
 
     from dist_resume.checkpoint import load_checkpoint, step_dir_name
     from dist_resume.state import ELASTIC_GUARD_KEY
+    from dist_resume.train_state import TrainState
 
     rank, _ = _setup()
     out = Path(args["out"])
@@ -150,7 +121,7 @@ def elastic_load(args: dict[str, Any]) -> None:
     loaded_states = []
     for url in args["urls"]:
         model, optim, loader = _training(1, args["dataset_len"])
-        app = _App(model, optim)
+        app = TrainState(model, optim)
         if not loaded_states:
             try:
                 dcp.load({"app": app, "loader": loader},

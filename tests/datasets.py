@@ -82,3 +82,16 @@ def flatten(batches) -> list[int]:
         indices = batch["index"] if isinstance(batch, dict) else batch[0]
         result += indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
     return result
+
+
+class Indices(Dataset):
+    """A sample is its own index: what was consumed is what was yielded."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index

@@ -6,7 +6,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dist_resume import plan_resume
-from dist_resume.layout import TailMode
 
 from .remap_helpers import fresh_states, job_states
 

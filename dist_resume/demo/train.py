@@ -24,32 +24,15 @@ import os
 import threading
 import time
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
-from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
+from dist_resume import ResumableDataLoader, TrainState, load_checkpoint, save_checkpoint
 from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.records import EpochPositions, Recorder, start_run
-
-
-class TrainState:
-    """Model and optimizer as one DCP Stateful (the usual recipe; works with FSDP too)."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.model, self.optimizer = model, optimizer
-
-    def state_dict(self) -> dict[str, Any]:
-        model, optimizer = get_state_dict(self.model, self.optimizer)
-        return {"model": model, "optimizer": optimizer}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

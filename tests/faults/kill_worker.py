@@ -53,44 +53,14 @@ class BlockingFileSystem(LocalFileSystem):
         return file
 
 
-class Indices:
-    """Map-style dataset whose sample is its index."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
-class App:
-    """Model and optimizer as one DCP Stateful."""
-
-    def __init__(self, model: Any, optim: Any) -> None:
-        self.model, self.optim = model, optim
-
-    def state_dict(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        model, optim = get_state_dict(self.model, self.optim)
-        return {"model": model, "optim": optim}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        set_state_dict(self.model, self.optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
-
-
 def main(args: dict[str, Any]) -> None:
     import fsspec
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
+    from dist_resume import ResumableDataLoader, TrainState, load_checkpoint, save_checkpoint
+    from tests.datasets import Indices
 
     warnings.filterwarnings("ignore")
     fsspec.register_implementation("killblock", BlockingFileSystem, clobber=True)
@@ -103,7 +73,7 @@ def main(args: dict[str, Any]) -> None:
     optim = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loader = ResumableDataLoader(Indices(args["dataset_len"]), batch_size=args["batch_size"], shuffle=True,
                                  seed=args["seed"], num_workers=2 if kind == "workers_busy" else 0)
-    state = {"app": App(model, optim), "loader": loader}
+    state = {"app": TrainState(model, optim), "loader": loader}
     step = start = load_checkpoint(state, url) or 0
     out = Path(args["record"])
     if rank == 0:
