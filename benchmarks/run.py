@@ -17,6 +17,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from . import report
 
 FIGURES = {
@@ -40,6 +42,7 @@ def _machine() -> dict[str, Any]:
         "torch": version("torch"),
         "torchdata": version("torchdata"),
         "cpus": os.cpu_count(),
+        "torch threads": torch.get_num_threads(),
         "load average (1 min)": round(os.getloadavg()[0], 2),
     }
 
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown figures {unknown}; choose from {', '.join(FIGURES)}")
     warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata, at every iter()
+    # Loader workers run torch on one thread; so does the main process here, so that
+    # num_workers=0 and 2 do the same work per sample and intra-op threads do not fight
+    # the workers for the cores.
+    torch.set_num_threads(1)
 
     meta = {"mode": "quick" if args.quick else "full", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             **_machine()}
