@@ -257,7 +257,7 @@ class ResumableDataLoader(DataLoader):
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
-        return len(self.batch_sampler)
+        return super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
         """Positions of `epoch`'s order (default: the current) that this rank's final batch

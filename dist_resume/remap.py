@@ -91,7 +91,9 @@ class _Resumer:
         any_state = saved.any
         self.mode = TailMode.of(bool(any_state.drop_last), bool(any_state.even_batches))
         self.length = any_state.dataset_length
-        self.unchanged = (world_size, batch_size) == (any_state.world_size, any_state.batch_size)
+        # A custom sampler resumes by its own count of indices, whatever the batch size.
+        own_order = Sampling(any_state.sampling) is Sampling.EPOCH_ORDER
+        self.unchanged = world_size == any_state.world_size and (batch_size == any_state.batch_size or not own_order)
         self._saved_plan: Plan | None = None
         self._remapped: RankResume | None = None
 
@@ -113,15 +115,10 @@ class _Resumer:
         saved, world_size, batch_size = self.saved, self.world_size, self.batch_size
         any_state = saved.any
         if Sampling(any_state.sampling) is not Sampling.EPOCH_ORDER:
-            if world_size != any_state.world_size:
-                raise ResumeStateError(
-                    f"loader state was saved at world size {any_state.world_size} with a custom sampler or "
-                    f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
-                    "(a custom sampler's indices cannot be re-partitioned over ranks)"
-                )
             raise ResumeStateError(
-                f"loader state was saved with a custom batch_sampler of batch size {any_state.batch_size}; "
-                f"this loader has batch size {batch_size}"
+                f"loader state was saved at world size {any_state.world_size} with a custom sampler or "
+                f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
+                "(a custom sampler's indices cannot be re-partitioned over ranks)"
             )
         saved.require_complete(
             f"resuming at world size {world_size}, batch size {batch_size} "

@@ -114,7 +114,7 @@ def test_g3_uneven_stops_keep_the_previous_jobs_step_order(data, length, mode, j
     batch_size=st.integers(1, 512),
     data=st.data(),
 )
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 def test_remap_is_independent_of_dataset_length(length, old, new, batch_size, data):
     """Huge datasets and world sizes: the plan is O(ranks) (it would not fit otherwise),
     and the first batches of the new ranks are disjoint from what was consumed."""
