@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from .report import FigureResult
 from .timing import interleaved
-from .workloads import LOADERS, AugmentedDataset, TinyDataset, epoch_rate
-
-OURS, TORCH, TORCHDATA = "ResumableDataLoader", "torch DataLoader", "torchdata StatefulDataLoader"
+from .workloads import LOADERS, OURS, TORCH, TORCHDATA, AugmentedDataset, TinyDataset, epoch_rate
 
 
 def run(quick: bool) -> list[FigureResult]:
@@ -23,12 +21,13 @@ def run(quick: bool) -> list[FigureResult]:
             case = f"{workload}, {workers} workers"
             loaders = {name: make(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
                        for name, make in LOADERS.items()}
-            stats = interleaved({name: (lambda loader=loader: epoch_rate(loader)) for name, loader in loaders.items()}, reps)
+            runs = {name: (lambda loader=loader: epoch_rate(loader)) for name, loader in loaders.items()}
+            stats = interleaved(runs, reps)
             for name, value in stats.items():
                 result.add(case, name, value)
-            ours = stats[OURS].median
-            result.check(f"{case}: vs torch", ours / stats[TORCH].median, ">= 0.97", ours >= 0.97 * stats[TORCH].median)
-            result.check(f"{case}: vs torchdata", ours / stats[TORCHDATA].median, ">= 1.0", ours >= stats[TORCHDATA].median)
+            for other, target in ((TORCH, 0.97), (TORCHDATA, 1.0)):
+                ratio = stats[OURS].median / stats[other].median
+                result.check(f"{case}: vs {other}", ratio, f">= {target}", ratio >= target)
     result.notes += [
         f"tiny: sample i is the int i ({len(workloads['tiny'][0]):,} samples, batch 64): pure loader overhead.",
         f"augmented: random crop 144->128, flip, normalize of a 3x144x144 uint8 image "

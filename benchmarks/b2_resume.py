@@ -8,24 +8,27 @@ import time
 from typing import Any
 
 from torch.utils.data import DataLoader
-from torchdata.stateful_dataloader import StatefulDataLoader
 
-from dist_resume import ResumableDataLoader
 from dist_resume.state import FIELDS, PROGRESS_KEY, rank_key
 
 from .report import FigureResult
-from .timing import Stats, interleaved, seconds
-from .workloads import TinyDataset
+from .timing import interleaved, seconds
+from .workloads import LOADERS, OURS, TORCH, TORCHDATA, TinyDataset
 
 LENGTH = 10_000_000
 BATCH = 64
 POSITIONS = (0.0, 0.5, 0.99)
 
 
+def make(name: str, dataset: TinyDataset) -> DataLoader:
+    """A new loader of the epoch measured here (a resumed job starts in a new process)."""
+    return LOADERS[name](dataset, batch_size=BATCH, shuffle=True)
+
+
 def ours_state_at(dataset: TinyDataset, batches: int) -> dict[str, Any]:
     """The state a ResumableDataLoader saves after `batches` batches of epoch 0, without
     iterating them: its state counts batches and samples, nothing else moves."""
-    state = ResumableDataLoader(dataset, batch_size=BATCH, shuffle=True, seed=0).state_dict()
+    state = make(OURS, dataset).state_dict()
     progress = state[rank_key(0)][PROGRESS_KEY]
     progress[FIELDS.index("batches_consumed")] = batches
     progress[FIELDS.index("samples_consumed")] = batches * BATCH
@@ -35,7 +38,7 @@ def ours_state_at(dataset: TinyDataset, batches: int) -> dict[str, Any]:
 def torchdata_state_at(dataset: TinyDataset, batches: int) -> dict[str, Any]:
     """The state a StatefulDataLoader (num_workers=0) saves after `batches` batches: its
     counters of batches and sampler draws, next to the generator state of the epoch."""
-    loader = StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True)
+    loader = make(TORCHDATA, dataset)
     next(iter(loader))
     state = copy.deepcopy(loader.state_dict())
     state["_sampler_iter_state"]["samples_yielded"] = batches * BATCH
@@ -57,7 +60,7 @@ def naive_skip(dataset: TinyDataset, batches: int, cap: float) -> tuple[float, b
     """Seconds to skip `batches` batches of a plain DataLoader by iterating them, then take
     one; stops at `cap` seconds and returns (elapsed, True) as a lower bound."""
     start = time.perf_counter()
-    iterator = iter(DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    iterator = iter(make(TORCH, dataset))
     for _ in itertools.islice(iterator, batches):
         if time.perf_counter() - start > cap:
             return time.perf_counter() - start, True
@@ -66,44 +69,38 @@ def naive_skip(dataset: TinyDataset, batches: int, cap: float) -> tuple[float, b
 
 
 def run(quick: bool) -> list[FigureResult]:
-    result = FigureResult("B2", f"time to first batch, {LENGTH:,}-sample shuffled epoch, batch {BATCH} (lower is better)",
-                          "s", log_scale=True)
+    result = FigureResult(
+        "B2", f"time to first batch, {LENGTH:,}-sample shuffled epoch, batch {BATCH} (lower is better)", "s",
+        log_scale=True)
     dataset = TinyDataset(LENGTH)
-    # torchdata replays the sampler up to the position (seconds at 99%): quick runs skip the
-    # warm-up repetition, after one warm call of ours (imports, first allocations).
-    reps, warmup, cap = (2, 0, 2.0) if quick else (5, 1, 60.0)
+    # Ours takes milliseconds: many repetitions of its own cases keep the ratio to fresh
+    # out of the noise. The others take seconds (torchdata replays its sampler up to the
+    # position): fewer repetitions, and none to warm up in quick runs.
+    ours_reps, reps, warmup, cap = (10, 2, 0, 2.0) if quick else (30, 5, 1, 60.0)
     total = LENGTH // BATCH + (LENGTH % BATCH > 0)
-    # Fresh loaders each time: a resumed job starts in a new process.
-    cases = {
-        ("fresh", "ResumableDataLoader"): lambda: first_batch(ResumableDataLoader(dataset, batch_size=BATCH, shuffle=True, seed=0)),
-        ("fresh", "torchdata StatefulDataLoader"): lambda: first_batch(StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True)),
-        ("fresh", "torch DataLoader"): lambda: first_batch(DataLoader(dataset, batch_size=BATCH, shuffle=True)),
-    }
+    ours = {("fresh", OURS): lambda: first_batch(make(OURS, dataset))}
+    others = {("fresh", name): (lambda name=name: first_batch(make(name, dataset))) for name in (TORCHDATA, TORCH)}
     lower_bounds: dict[str, bool] = {}
     for fraction in POSITIONS:
         batches = int(fraction * total)
         case = f"resume at {fraction:.0%}"
-        ours, theirs = ours_state_at(dataset, batches), torchdata_state_at(dataset, batches)
-        cases[(case, "ResumableDataLoader")] = lambda state=ours: first_batch(
-            ResumableDataLoader(dataset, batch_size=BATCH, shuffle=True, seed=0), state)
-        cases[(case, "torchdata StatefulDataLoader")] = lambda state=theirs: first_batch(
-            StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True), state)
+        ours[(case, OURS)] = lambda state=ours_state_at(dataset, batches): first_batch(make(OURS, dataset), state)
+        others[(case, TORCHDATA)] = lambda state=torchdata_state_at(dataset, batches): first_batch(
+            make(TORCHDATA, dataset), state)
 
         def skip(batches: int = batches, case: str = case) -> float:
             elapsed, capped = naive_skip(dataset, batches, cap)
             lower_bounds[case] = lower_bounds.get(case, False) or capped
             return elapsed
 
-        cases[(case, "naive skip (DataLoader + islice)")] = skip
-    cases[("fresh", "ResumableDataLoader")]()
-    stats = interleaved({f"{case}|{series}": fn for (case, series), fn in cases.items()}, reps, warmup)
-    for key, value in stats.items():
-        case, series = key.split("|")
-        result.add(case, series, value)
-    fresh = result.value("fresh", "ResumableDataLoader").median
+        others[(case, "naive skip (DataLoader + islice)")] = skip
+    for cases, count, skipped in ((ours, ours_reps, 1), (others, reps, warmup)):
+        for (case, series), stats in interleaved(cases, count, skipped).items():
+            result.add(case, series, stats)
+    fresh = result.value("fresh", OURS).median
     for fraction in POSITIONS:
         case = f"resume at {fraction:.0%}"
-        ratio = result.value(case, "ResumableDataLoader").median / fresh
+        ratio = result.value(case, OURS).median / fresh
         result.check(f"{case}: vs fresh epoch", ratio, "<= 1.1", ratio <= 1.1)
         if lower_bounds.get(case):
             result.notes.append(f"naive skip, {case}: stopped after {cap:.0f} s: a lower bound.")

@@ -146,7 +146,8 @@ def measure(mb: int, reps: int) -> dict[str, Any]:
 def run(quick: bool) -> list[FigureResult]:
     mb, reps = (64, 3) if quick else (200, 5)
     found = measure(mb, reps)
-    result = FigureResult("B5", f"checkpoint save, {mb} MB of model state over {WORLD_SIZE} ranks (lower is better)", "s")
+    title = f"checkpoint save, {mb} MB of model state over {WORLD_SIZE} ranks (lower is better)"
+    result = FigureResult("B5", title, "s")
     for key, values in found.items():
         if isinstance(key, tuple):
             result.add(*key, Stats.of(values))

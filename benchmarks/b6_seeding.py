@@ -28,7 +28,8 @@ def run(quick: bool) -> list[FigureResult]:
                                            seed=0, deterministic_transforms=deterministic)
                 for label, deterministic in ((ON, True), (OFF, False))
             }
-            stats = interleaved({label: (lambda loader=loader: epoch_rate(loader)) for label, loader in loaders.items()}, reps)
+            runs = {label: (lambda loader=loader: epoch_rate(loader)) for label, loader in loaders.items()}
+            stats = interleaved(runs, reps)
             for label, value in stats.items():
                 result.add(case, label, value)
             cost = stats[OFF].median / stats[ON].median - 1

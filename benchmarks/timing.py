@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,12 @@ def seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(cases: Mapping[str, Callable[[], float]], reps: int, warmup: int = 1) -> dict[str, Stats]:
+def interleaved(cases: Mapping[Key, Callable[[], float]], reps: int, warmup: int = 1) -> dict[Key, Stats]:
     """Run every case once per repetition, in a rotated order, so that load that drifts
     over the run hits all cases alike. A case returns its own measurement (e.g. seconds);
     the first `warmup` repetitions are dropped."""
     names = list(cases)
-    values: dict[str, list[float]] = {name: [] for name in names}
+    values: dict[Key, list[float]] = {name: [] for name in names}
     for rep in range(warmup + reps):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:

@@ -36,7 +36,8 @@ class AugmentedDataset(Dataset):
     def __init__(self, length: int, size: int = 144, crop: int = 128) -> None:
         self.length = length
         self.crop = crop
-        self.images = torch.randint(0, 256, (16, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        generator = torch.Generator().manual_seed(0)
+        self.images = torch.randint(0, 256, (16, 3, size, size), dtype=torch.uint8, generator=generator)
 
     def __len__(self) -> int:
         return self.length
@@ -52,11 +53,12 @@ class AugmentedDataset(Dataset):
 
 LoaderFactory = Callable[..., DataLoader]
 
+OURS, TORCH, TORCHDATA = "ResumableDataLoader", "torch DataLoader", "torchdata StatefulDataLoader"
 # The loaders compared, each at its default settings besides the shared arguments.
 LOADERS: dict[str, LoaderFactory] = {
-    "torch DataLoader": DataLoader,
-    "ResumableDataLoader": lambda dataset, **kwargs: ResumableDataLoader(dataset, seed=0, **kwargs),
-    "torchdata StatefulDataLoader": StatefulDataLoader,
+    TORCH: DataLoader,
+    OURS: lambda dataset, **kwargs: ResumableDataLoader(dataset, seed=0, **kwargs),
+    TORCHDATA: StatefulDataLoader,
 }
 
 
