@@ -11,6 +11,7 @@ from .errors import (
 )
 from .loader import ResumableDataLoader
 from .remap import PlannedBatch, ResumePlan, plan_resume
+from .sharded_stream import ShardedStream
 from .state import ResumeStateError
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ResumePlan",
     "ResumeStateError",
     "SaveHandle",
+    "ShardedStream",
     "StorageError",
     "UnsafeCheckpointError",
     "list_checkpoints",

@@ -12,6 +12,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .dataset_state import DATASET_KEY, DatasetStates, TaggingCollate
+from .iterable import STREAM_KEY, StreamCursor
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
@@ -24,8 +26,11 @@ from .state import (
     decode,
     encode,
     plan_digest,
+    rank_key,
 )
+from .sharded_stream import ShardedStream
 from .stream import Plan, rank_positions
+from .worker_roles import Tagged, is_stateful
 
 # Positions mapped to indices per vectorized call: large enough that the per-call
 # cost of tensor operations vanishes, small enough that the first batch is quick.
@@ -34,11 +39,14 @@ _POSITIONS_PER_CHUNK = 16384
 
 class BatchRequest(NamedTuple):
     """What the main process asks a worker to fetch: indices, and the epoch positions
-    they sit at (which seed their randomness)."""
+    they sit at (which seed their randomness); for a stateful dataset, the worker role
+    that fetches them and the dataset state to load first (`restore`)."""
 
     epoch: int
     positions: list[int]
     indices: list[int]
+    role: int = 0
+    restore: Any = None
 
 
 class _SeededDataset(Dataset):
@@ -54,8 +62,17 @@ class _SeededDataset(Dataset):
         object.__setattr__(self, "_deterministic", deterministic)
         object.__setattr__(self, "_seeder", SampleSeeder())
         object.__setattr__(self, "_batched", callable(getattr(dataset, "__getitems__", None)))
+        object.__setattr__(self, "_stateful", is_stateful(dataset))
 
     def __getitems__(self, request: BatchRequest) -> list[Any]:
+        if not self._stateful:
+            return self._fetch(request)
+        if request.restore is not None:
+            self._dataset.load_state_dict(request.restore)
+        samples = self._fetch(request)
+        return [Tagged(samples, request.role, len(samples), self._dataset.state_dict())]
+
+    def _fetch(self, request: BatchRequest) -> list[Any]:
         if self._batched:
             # One call fetches the whole batch, so its randomness is seeded per batch:
             # reproducible for the same batch, not per sample.
@@ -83,7 +100,8 @@ class _SeededDataset(Dataset):
         setattr(self._dataset, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {name: object.__getattribute__(self, name) for name in ("_dataset", "_seed", "_deterministic", "_batched")}
+        names = ("_dataset", "_seed", "_deterministic", "_batched", "_stateful")
+        return {name: object.__getattribute__(self, name) for name in names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
@@ -142,7 +160,17 @@ class ResumableDataLoader(DataLoader):
       `DeviceMesh`), else rank 0 of 1. `batch_size` is per rank.
     - `even_batches` (with `drop_last=False`): pad the final global batch from the start
       of the epoch so every rank gets the same number of batches (default), or not.
-    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample.
+    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample
+      (for an IterableDataset: at the start of each worker's stream, from `(seed, epoch,
+      rank, worker)`).
+    - `snapshot_every` (IterableDataset with `state_dict`/`load_state_dict`): each worker
+      saves its dataset's state after every `snapshot_every`-th batch it produces; a
+      resume loads the last snapshot of a yielded batch and replays the fewer than
+      `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
+      per batch).
+
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
+    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.iterable`).
 
     The loader is a cursor over its epoch: a new `iter()` continues where the last
     consumed batch left off. After an epoch is exhausted the next `iter()` starts the
@@ -176,12 +204,8 @@ class ResumableDataLoader(DataLoader):
         process_group=None,
         even_batches: bool = True,
         deterministic_transforms: bool = True,
+        snapshot_every: int = 16,
     ) -> None:
-        if isinstance(dataset, IterableDataset):
-            raise TypeError(
-                "ResumableDataLoader needs a map-style dataset (with __getitem__ and __len__); "
-                f"got the IterableDataset {type(dataset).__name__}"
-            )
         if not in_order:
             raise ValueError(
                 "in_order=False lets workers return batches out of order, so 'consumed' would not be "
@@ -211,12 +235,15 @@ class ResumableDataLoader(DataLoader):
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.seed = seed
-        self.shuffle = bool(shuffle)
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every) if isinstance(dataset, IterableDataset) else None
+        self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = deterministic_transforms
         self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
         self._user_sampler = batch_sampler if batch_sampler is not None else sampler
-        if batch_sampler is not None:
+        if self._stream is not None:
+            self._sampling = Sampling.STREAM
+        elif batch_sampler is not None:
             self._sampling = Sampling.BATCH_SAMPLER
         elif sampler is not None:
             self._sampling = Sampling.SAMPLER
@@ -230,13 +257,15 @@ class ResumableDataLoader(DataLoader):
             self._sampling = Sampling.EPOCH_ORDER
         self._rank_batch_size = batch_size if batch_size is not None else 1
         self._mode = TailMode.of(drop_last, even_batches)
-        self._dataset_length = len(dataset)
+        self._dataset_length = self._stream.length if self._stream is not None else len(dataset)
         self._progress = _Progress(0, Plan(self._dataset_length, self._mode, 0))
         self._plan_values: list[int] = []  # the elastic plan this job loaded; saved by every rank
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
         self._generation = 0
         self._sizes: collections.deque[int] = collections.deque()
         self._inner: DataLoader | None = None
+        stateful_dataset = self._stream is None and is_stateful(dataset)
+        self._dataset_states = DatasetStates(dataset, num_workers) if stateful_dataset else None
 
     # -- what the loader is -------------------------------------------------------
 
@@ -311,6 +340,8 @@ class ResumableDataLoader(DataLoader):
             self._plan_values = []  # the plan only concerns its own epoch
         self._progress = _Progress(epoch, self._plan_for(epoch))
         self._sampler_snapshot = None
+        if self._stream is not None:
+            self._stream.start_epoch()
         self._generation += 1
 
     def _next_progress(self) -> _Progress:
@@ -328,11 +359,20 @@ class ResumableDataLoader(DataLoader):
         self._progress.chosen = False
         self._generation += 1
         self._sizes = collections.deque()
-        return _ResumingIterator(self, iter(self._inner_loader()), self._generation)
+        if self._stream is not None:
+            inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
+                                        self.deterministic_transforms, self.seed)
+            return _ResumingIterator(self, self._stream.yielded(iter(inner), self._sizes), self._generation)
+        inner = iter(self._inner_loader())
+        if self._dataset_states is not None:
+            inner = self._dataset_states.yielded(inner)
+        return _ResumingIterator(self, inner, self._generation)
 
     def _inner_loader(self) -> DataLoader:
         if self._inner is None:
             collate = self.collate_fn if self._auto_collation else _SingleSample(self.collate_fn)
+            if self._dataset_states is not None:
+                collate = TaggingCollate(collate)
             self._inner = DataLoader(
                 _SeededDataset(self.dataset, self.seed, self.deterministic_transforms),
                 batch_sampler=_RequestSampler(self),
@@ -357,7 +397,7 @@ class ResumableDataLoader(DataLoader):
             requests = self._epoch_order_requests(progress.epoch, progress.plan, start[0])
         else:
             requests = self._user_sampler_requests(progress.epoch, *start)
-        return _recording_sizes(requests, self._sizes)
+        return _recording_sizes(requests, self._sizes, start[0], self._dataset_states)
 
     def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:
         layout = Layout(plan.length, self.world_size, self._rank_batch_size, self._mode)
@@ -441,7 +481,12 @@ class ResumableDataLoader(DataLoader):
         sampler_state = None
         if callable(getattr(self._user_sampler, "state_dict", None)):
             sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
-        return encode(state, self._plan_values, sampler_state)
+        state_dict = encode(state, self._plan_values, sampler_state)
+        if self._stream is not None:
+            state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
+        if self._dataset_states is not None:
+            state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
+        return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at the next `iter()` (G1, G6). `state_dict` holds this
@@ -449,7 +494,16 @@ class ResumableDataLoader(DataLoader):
         batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
         saved = decode(state_dict)
         saved.check_identity(self.identity)
+        if self._stream is not None:
+            own = self._stream.load(state_dict, saved, self.rank, self.world_size)
+            self._progress = _Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
+                                       own.samples_consumed, bool(own.epoch_finished))
+            self._generation += 1
+            return
         resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
+        if self._dataset_states is not None:
+            entry = state_dict.get(rank_key(self.rank), {}).get(DATASET_KEY)
+            self._dataset_states.load(entry, saved.any.world_size, self.world_size)
         if resume.remapped:
             finished = resume.plan.length == 0
         else:
@@ -491,11 +545,17 @@ class _ResumingIterator:
         return batch
 
 
-def _recording_sizes(requests: Iterator[BatchRequest], sizes: collections.deque[int]) -> Iterator[BatchRequest]:
+def _recording_sizes(
+    requests: Iterator[BatchRequest], sizes: collections.deque[int], first_batch: int, states: DatasetStates | None
+) -> Iterator[BatchRequest]:
     # Batches come back in request order (in_order=True), so the sizes queue tells the
     # size of each batch as it is yielded.
-    for request in requests:
+    for sent, request in enumerate(requests):
         sizes.append(len(request.indices))
+        if states is not None:
+            # Request `sent` goes to worker `sent % roles`: its first one restores its role's state.
+            role = states.role(first_batch + sent)
+            request = request._replace(role=role, restore=states.restore(role) if sent < states.roles else None)
         yield request
 
 

@@ -63,6 +63,11 @@ def plan_resume(state_dict: Mapping[str, Any], world_size: int, batch_size: int 
     """The plan of a job of `world_size` ranks (per-rank `batch_size`, default: the saved
     one) resuming from a loader state that holds the entries of every saved rank."""
     saved = decode(state_dict)
+    if Sampling(saved.any.sampling) is Sampling.STREAM:
+        raise ResumeStateError(
+            "loader state belongs to an IterableDataset: it resumes per shard or per worker stream, "
+            "there is no position plan to show"
+        )
     saved.require_complete("planning a resume")
     resumer = _Resumer(saved, world_size, batch_size or saved.any.batch_size)
     resumes = [resumer.rank(rank) for rank in range(world_size)]

@@ -40,6 +40,7 @@ class Sampling(enum.IntEnum):
     EPOCH_ORDER = 0  # the loader's own (seed, epoch) order, sharded over ranks
     SAMPLER = 1  # a user sampler, batched by the loader
     BATCH_SAMPLER = 2  # a user batch sampler
+    STREAM = 3  # an IterableDataset: the workers' streams
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ _SAMPLING_WORDS = {
     Sampling.EPOCH_ORDER: "the loader's own epoch order",
     Sampling.SAMPLER: "a custom sampler",
     Sampling.BATCH_SAMPLER: "a custom batch_sampler",
+    Sampling.STREAM: "an IterableDataset's streams",
 }
 
 # Fields on which every rank entry of one save must agree.

@@ -19,8 +19,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch(scenario: str, world_size: int, args: dict[str, Any], port: int) -> list[subprocess.Popen]:
-    """Start ``world_size`` ranks of ``scenario``; their output goes to ``out/rank<r>.log``."""
+def launch(scenario: str, world_size: int, args: dict[str, Any], port: int,
+           script: str = __file__) -> list[subprocess.Popen]:
+    """Start ``world_size`` ranks of ``scenario`` (of ``script``, default this file); their
+    output goes to ``out/<scenario>-rank<r>.log``."""
     out = Path(args["out"])
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -29,14 +31,15 @@ def launch(scenario: str, world_size: int, args: dict[str, Any], port: int) -> l
     for rank in range(world_size):
         log = open(out / f"{scenario}-rank{rank}.log", "w")
         procs.append(subprocess.Popen(
-            [sys.executable, __file__, scenario, json.dumps(args)],
+            [sys.executable, script, scenario, json.dumps(args)],
             env=dict(env, RANK=str(rank)), stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
-def run(scenario: str, world_size: int, args: dict[str, Any], port: int, timeout: float = 120) -> None:
+def run(scenario: str, world_size: int, args: dict[str, Any], port: int, timeout: float = 120,
+        script: str = __file__) -> None:
     """Run ``scenario`` on ``world_size`` ranks; fail with their logs unless all exit 0."""
-    procs = launch(scenario, world_size, args, port)
+    procs = launch(scenario, world_size, args, port, script)
     codes = [proc.wait(timeout=timeout) for proc in procs]
     if any(codes):
         logs = "\n".join((Path(args["out"]) / f"{scenario}-rank{r}.log").read_text()

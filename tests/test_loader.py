@@ -516,16 +516,6 @@ def test_bad_arguments_are_refused(kwargs, error, message):
         ResumableDataLoader(Squares(4), **kwargs)
 
 
-def test_iterable_datasets_are_refused_with_the_reason():
-    class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            return iter(range(3))
-
-    message = "ResumableDataLoader needs a map-style dataset (with __getitem__ and __len__); got the IterableDataset Stream"
-    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
-        ResumableDataLoader(Stream())
-
-
 def test_worker_init_fn_reaches_the_users_dataset():
     def init(worker_id):
         torch.utils.data.get_worker_info().dataset.offset = 100

@@ -1,0 +1,350 @@
+"""IterableDatasets in `ResumableDataLoader`: each worker's stream, recorded as its batches
+are yielded to the training loop, and continued from there on resume.
+
+Workers tag every batch with their role and what it advanced (`Tagged`); the main process
+records that when it yields the batch, so prefetched batches never count. torch hands
+batches to workers in a cycle (skipping exhausted ones), so a resumed loader rotates the
+roles (`play_role`) to start the cycle at the role after the last yielded batch (G1).
+
+Two kinds of stream:
+- `ShardedStream`: progress is consumed items per shard; a resume at any world size and
+  `num_workers` re-partitions what is left (G2).
+- any other IterableDataset: per role, the dataset's `state_dict()` every `snapshot_every`
+  batches (if it has one) plus the items yielded since; a resume loads the snapshot into
+  the worker of that role and skips those items (replays the whole stream without one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from .seeds import SampleSeeder, derive_seed
+from .sharded_stream import SHARD_END, ShardedStream
+from .state import RankState, ResumeStateError, SavedStates, rank_key
+from .worker_roles import Tagged, is_stateful, play_role
+
+STREAM_KEY = "stream"
+_META = "meta"  # int64[kind, num_workers, last role, digest]
+_SNAPSHOT_KIND, _SHARD_KIND = 0, 1
+
+
+# -- worker side ------------------------------------------------------------------
+
+
+class _SnapshotReader:
+    """A role's stream of any IterableDataset, from its snapshot and items to skip."""
+
+    def __init__(self, dataset: IterableDataset, snapshot: Any, skip: int, every: int) -> None:
+        self._dataset = dataset
+        self._every = every if is_stateful(dataset) else 0
+        self._batches = 0
+        if snapshot is not None:
+            dataset.load_state_dict(snapshot)
+        self.items = iter(dataset)
+        for _ in itertools.islice(self.items, skip):
+            pass
+
+    def payload(self) -> Any:
+        """The dataset's state after this batch, every `every` batches; else None."""
+        self._batches += 1
+        if self._every and self._batches % self._every == 0:
+            return self._dataset.state_dict()
+        return None
+
+
+class _ShardReader:
+    """A slot's items of a `ShardedStream`, counting what each batch took from each shard."""
+
+    def __init__(self, stream: ShardedStream, epoch: int, slot: int, slots: int, consumed, finished) -> None:
+        self._taken: dict[int, int] = {}
+        self._finished: list[int] = []
+        self.items = self._items(stream.slot_items(epoch, slot, slots, consumed, finished))
+
+    def _items(self, tagged: Iterator[tuple[int, Any]]) -> Iterator[Any]:
+        for shard, item in tagged:
+            if item is SHARD_END:
+                self._finished.append(shard)
+            else:
+                self._taken[shard] = self._taken.get(shard, 0) + 1
+                yield item
+
+    def payload(self) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+        """((shard, items taken), ...) and the shards finished, since the last batch."""
+        taken, finished = tuple(self._taken.items()), tuple(self._finished)
+        self._taken, self._finished = {}, []
+        return taken, finished
+
+
+class _WorkerStream(IterableDataset):
+    """The inner DataLoader's dataset: a role's batches, collated and tagged, in a worker."""
+
+    def __init__(self, dataset, resume: Callable[[IterableDataset, int, int], Any], collate_fn, batch_size: int | None,
+                 drop_last: bool, seed: int | None) -> None:
+        self.dataset = dataset
+        self._resume = resume
+        self._collate = collate_fn
+        self._batch_size = batch_size
+        self._drop_last = drop_last
+        self._seed = seed  # None: leave the workers' random generators alone
+
+    def __iter__(self) -> Iterator[Tagged]:
+        info = get_worker_info()
+        role, roles = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self._seed is not None:
+            SampleSeeder().seed(derive_seed(self._seed, role))
+        reader = self._resume(self.dataset, role, roles)
+        size = self._batch_size or 1
+        while True:
+            items = list(itertools.islice(reader.items, size))
+            if not items or (len(items) < size and self._drop_last):
+                return
+            batch = self._collate(items) if self._batch_size is not None else self._collate(items[0])
+            yield Tagged(batch, role, len(items), reader.payload())
+
+
+class _RoleInit:
+    """worker_init_fn: take the role first, then run the user's worker_init_fn with it."""
+
+    def __init__(self, shift: int, user_fn: Callable[[int], None] | None) -> None:
+        self._shift = shift
+        self._user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        role = play_role(self._shift, get_worker_info().dataset.dataset)
+        if self._user_fn is not None:
+            self._user_fn(role)
+
+
+class _SnapshotResume:
+    def __init__(self, records: list[tuple[Any, int]], every: int) -> None:
+        self._records = records
+        self._every = every
+
+    def __call__(self, dataset: IterableDataset, role: int, roles: int) -> _SnapshotReader:
+        snapshot, skip = self._records[role]
+        return _SnapshotReader(dataset, snapshot, skip, self._every)
+
+
+class _ShardResume:
+    def __init__(self, epoch: int, rank: int, world_size: int, consumed: list[int], finished: list[int]) -> None:
+        self._where = (epoch, rank, world_size)
+        self._consumed = consumed
+        self._finished = finished
+
+    def __call__(self, stream: ShardedStream, role: int, roles: int) -> _ShardReader:
+        epoch, rank, world_size = self._where
+        return _ShardReader(stream, epoch, rank * roles + role, world_size * roles, self._consumed, self._finished)
+
+
+def _unwrap(batch: Any) -> Any:
+    return batch
+
+
+# -- main side ----------------------------------------------------------------------
+
+
+class _SnapshotRecords:
+    """Per role: the latest snapshot of a yielded batch (or the epoch's start state) and
+    the items the role yielded since."""
+
+    kind = _SNAPSHOT_KIND
+    elastic = False  # a role's stream cannot move to another world size or worker count
+
+    def __init__(self, dataset: IterableDataset, roles: int, every: int) -> None:
+        self._dataset = dataset
+        self._roles = roles
+        self._every = every
+        self._records: list[tuple[Any, int]] = []
+
+    def start_epoch(self) -> None:
+        # Every worker copy starts from the main process's dataset as it is now.
+        snapshot = self._dataset.state_dict() if is_stateful(self._dataset) else None
+        self._records = [(snapshot, 0)] * self._roles
+
+    def resume(self, epoch: int, rank: int, world_size: int) -> _SnapshotResume:
+        return _SnapshotResume(list(self._records), self._every)
+
+    def record(self, tagged: Tagged) -> None:
+        snapshot, items = self._records[tagged.role]
+        self._records[tagged.role] = (tagged.payload, 0) if tagged.payload is not None else (snapshot, items + tagged.items)
+
+    def digest(self) -> int:
+        return 0
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
+        for role, (snapshot, _) in enumerate(self._records):
+            if snapshot is not None:
+                state[f"snapshot_{role}"] = snapshot
+        return state
+
+    def load(self, entries: list[Mapping[str, Any]]) -> None:
+        (own,) = entries
+        items = own["items"].tolist()
+        self._records = [(own.get(f"snapshot_{role}"), count) for role, count in enumerate(items)]
+        if not is_stateful(self._dataset) and any(items):
+            warnings.warn(
+                f"ResumableDataLoader: {type(self._dataset).__name__} has no state_dict/load_state_dict, so each "
+                f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
+                stacklevel=4,
+            )
+
+
+class _ShardRecords:
+    """Items consumed per shard, and the shards known finished, in the current epoch."""
+
+    kind = _SHARD_KIND
+    elastic = True
+
+    def __init__(self, stream: ShardedStream) -> None:
+        self._stream = stream
+        self._consumed = [0] * len(stream.shards)
+        self._finished = [0] * len(stream.shards)
+
+    def start_epoch(self) -> None:
+        self._consumed = [0] * len(self._stream.shards)
+        self._finished = [0] * len(self._stream.shards)
+
+    def resume(self, epoch: int, rank: int, world_size: int) -> _ShardResume:
+        return _ShardResume(epoch, rank, world_size, list(self._consumed), list(self._finished))
+
+    def record(self, tagged: Tagged) -> None:
+        taken, finished = tagged.payload
+        for shard, count in taken:
+            self._consumed[shard] += count
+        for shard in finished:
+            self._finished[shard] = 1
+
+    def digest(self) -> int:
+        return self._stream.digest
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "consumed": torch.tensor(self._consumed, dtype=torch.int64),
+            "finished": torch.tensor(self._finished, dtype=torch.int64),
+        }
+
+    def load(self, entries: list[Mapping[str, Any]]) -> None:
+        # Each shard is read by one slot at a time, and every rank starts from the same
+        # merged counts: the most any rank saw is the shard's count.
+        self._consumed = torch.stack([entry["consumed"] for entry in entries]).amax(0).tolist()
+        self._finished = torch.stack([entry["finished"] for entry in entries]).amax(0).tolist()
+
+
+class StreamCursor:
+    """The main-process side of an IterableDataset: records, state, and the inner loader."""
+
+    def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int) -> None:
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+        self.num_workers = num_workers
+        self.roles = max(num_workers, 1)
+        if isinstance(dataset, ShardedStream):
+            self._records: _SnapshotRecords | _ShardRecords = _ShardRecords(dataset)
+        else:
+            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every)
+        self._last_role = -1  # role of the last yielded batch of the epoch, -1 before the first
+        self._records.start_epoch()
+
+    @property
+    def length(self) -> int:
+        """What the loader's state calls the dataset length: the number of shards, or 0."""
+        stream = self._records._stream if isinstance(self._records, _ShardRecords) else None
+        return len(stream.shards) if stream is not None else 0
+
+    def start_epoch(self) -> None:
+        self._records.start_epoch()
+        self._last_role = -1
+
+    def loader(self, owner: DataLoader, epoch: int, rank: int, world_size: int, deterministic: bool, seed: int) -> DataLoader:
+        """A fresh inner DataLoader that continues every role's stream of `epoch`."""
+        collate = owner.collate_fn
+        worker_stream = _WorkerStream(
+            owner.dataset,
+            self._records.resume(epoch, rank, world_size),
+            collate,
+            owner.batch_size,
+            owner.drop_last,
+            derive_seed(seed, epoch, rank) if deterministic else None,
+        )
+        return DataLoader(
+            worker_stream,
+            batch_size=None,
+            num_workers=owner.num_workers,
+            collate_fn=_unwrap,
+            pin_memory=owner.pin_memory,
+            timeout=owner.timeout,
+            worker_init_fn=_RoleInit((self._last_role + 1) % self.roles, owner.worker_init_fn) if owner.num_workers else None,
+            multiprocessing_context=owner.multiprocessing_context,
+            generator=owner.generator,
+            prefetch_factor=owner.prefetch_factor,
+            pin_memory_device=owner.pin_memory_device,
+        )
+
+    def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
+        """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""
+        for tagged in inner:
+            self._records.record(tagged)
+            self._last_role = tagged.role
+            sizes.append(tagged.items)
+            yield tagged.batch
+
+    def state(self) -> dict[str, Any]:
+        meta = [self._records.kind, self.num_workers, self._last_role, self._records.digest()]
+        return {_META: torch.tensor(meta, dtype=torch.int64), **self._records.state()}
+
+    def load(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int, world_size: int) -> RankState:
+        """Continue from a loaded state; returns the saved progress this rank continues (its
+        own when the layout is unchanged; else a fresh count in the ranks' common epoch)."""
+        entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
+        kind, num_workers, last_role, digest = next(iter(entries.values()))[_META].tolist()
+        if kind != self._records.kind:
+            raise ResumeStateError(f"loader state was saved for {_KIND_WORDS[kind]}; this loader reads {_KIND_WORDS[self._records.kind]}")
+        if digest != self._records.digest():
+            raise ResumeStateError("loader state was saved for a ShardedStream with other shards, shuffle, window or seed")
+        saved_world_size = saved.any.world_size
+        if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
+            if rank not in saved.ranks:
+                saved.require_complete(f"resuming rank {rank}")
+            self._records.load([entries[rank]])
+            self._last_role = last_role
+            return saved.ranks[rank]
+        describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
+                    f"world size {world_size} with num_workers={self.num_workers}")
+        if not self._records.elastic:
+            raise ResumeStateError(
+                f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
+                "with the saved world size and num_workers"
+            )
+        saved.require_complete(
+            f"resuming at world size {world_size} with num_workers={self.num_workers} "
+            f"(saved: world size {saved_world_size} with num_workers={num_workers})"
+        )
+        epochs = {state.epoch for state in saved.ranks.values()}
+        if len(epochs) > 1:
+            raise ResumeStateError(
+                f"saved ranks stopped in different epochs {sorted(epochs)}; a resume at another world size or "
+                "num_workers needs them in one epoch: resume with the saved layout until the epoch ends"
+            )
+        self._records.load(list(entries.values()))
+        self._last_role = -1
+        finished = all(state.epoch_finished for state in saved.ranks.values())
+        return dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
+                                   samples_consumed=0, epoch_finished=int(finished))
+
+
+_KIND_WORDS = {_SNAPSHOT_KIND: "an IterableDataset", _SHARD_KIND: "a ShardedStream"}
+
+
+def _stream_entry(state_dict: Mapping[str, Any], rank: int) -> Mapping[str, Any]:
+    entry = state_dict[rank_key(rank)].get(STREAM_KEY)
+    if not isinstance(entry, Mapping) or _META not in entry:
+        raise ResumeStateError(f"loader state entry {rank_key(rank)!r} has no {STREAM_KEY!r} state")
+    return entry

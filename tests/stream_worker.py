@@ -1,0 +1,40 @@
+"""One gloo rank of a ShardedStream training job for tests/test_sharded_stream_multiprocess.py.
+
+Run by ``tests.checkpoint_worker.run(..., script=__file__)``; consumed items go to
+``out/consumed-<scenario>-<rank>.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint  # noqa: E402
+from tests.stream_jobs import make_stream  # noqa: E402
+
+
+def _job(scenario: str, args: dict[str, Any]) -> None:
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    loader = ResumableDataLoader(make_stream(args["urls"]), batch_size=4, num_workers=args["num_workers"])
+    load_checkpoint({"loader": loader}, args["ckpt"])
+    batches = itertools.islice(loader, args.get("steps"))
+    consumed = [item for batch in batches for item in batch.tolist()]
+    if "steps" in args:
+        save_checkpoint({"loader": loader}, args["ckpt"], step=1)
+    Path(args["out"], f"consumed-{scenario}-{rank}.json").write_text(json.dumps(consumed))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _job(sys.argv[1], json.loads(sys.argv[2]))
