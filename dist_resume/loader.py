@@ -17,7 +17,7 @@ from .iterable import STREAM_KEY, StreamCursor
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
-from .seeds import SampleSeeder, derive_seed
+from .seeds import SampleSeeder, derive_seed, derive_seeds
 from .state import (
     FORMAT_VERSION,
     Identity,
@@ -82,8 +82,8 @@ class _SeededDataset(Dataset):
         if not self._deterministic:
             return [self._dataset[index] for index in request.indices]
         samples = []
-        for position, index in zip(request.positions, request.indices):
-            self._seeder.seed(derive_seed(self._seed, request.epoch, position))
+        for sample_seed, index in zip(derive_seeds(self._seed, request.epoch, request.positions), request.indices):
+            self._seeder.seed(sample_seed)
             samples.append(self._dataset[index])
         return samples
 

@@ -25,6 +25,13 @@ def derive_seed(*parts: int) -> int:
     return state & _SEED_BITS
 
 
+def derive_seeds(seed: int, epoch: int, positions: list[int]) -> list[int]:
+    """`derive_seed(seed, epoch, p)` for each `p` of `positions`, hashing the shared
+    `(seed, epoch)` prefix once instead of once per sample."""
+    prefix = _splitmix64(_splitmix64(seed & _MASK64) ^ (epoch & _MASK64))
+    return [_splitmix64(prefix ^ (position & _MASK64)) & _SEED_BITS for position in positions]
+
+
 def _numpy_random():
     # Imported on first use in each process: a dataset may import numpy lazily
     # inside __getitem__, after the seeding, so "not yet imported" is not enough.

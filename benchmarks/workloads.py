@@ -1,0 +1,69 @@
+"""Datasets and loaders that several figures time: the same settings for every loader compared."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from dist_resume import ResumableDataLoader
+
+
+class TinyDataset(Dataset):
+    """Sample i is the int i: nothing to read or transform, so loader overhead is all there is."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class AugmentedDataset(Dataset):
+    """A typical image pipeline on synthetic 3x144x144 uint8 images: random crop to 128,
+    random horizontal flip, float conversion and per-channel normalization, drawn from
+    torch's global generator (what deterministic transforms seed)."""
+
+    _MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+    _STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+    def __init__(self, length: int, size: int = 144, crop: int = 128) -> None:
+        self.length = length
+        self.crop = crop
+        generator = torch.Generator().manual_seed(0)
+        self.images = torch.randint(0, 256, (16, 3, size, size), dtype=torch.uint8, generator=generator)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        image = self.images[index % len(self.images)]
+        top, left = torch.randint(0, image.shape[-1] - self.crop + 1, (2,)).tolist()
+        image = image[:, top : top + self.crop, left : left + self.crop]
+        if torch.rand(()) < 0.5:
+            image = image.flip(-1)
+        return (image.float() / 255 - self._MEAN) / self._STD
+
+
+LoaderFactory = Callable[..., DataLoader]
+
+OURS, TORCH, TORCHDATA = "ResumableDataLoader", "torch DataLoader", "torchdata StatefulDataLoader"
+# The loaders compared, each at its default settings besides the shared arguments.
+LOADERS: dict[str, LoaderFactory] = {
+    TORCH: DataLoader,
+    OURS: lambda dataset, **kwargs: ResumableDataLoader(dataset, seed=0, **kwargs),
+    TORCHDATA: StatefulDataLoader,
+}
+
+
+def epoch_rate(loader: DataLoader) -> float:
+    """Batches per second over one whole epoch, `iter()` (and worker start) included."""
+    start = time.perf_counter()
+    batches = sum(1 for _ in loader)
+    return batches / (time.perf_counter() - start)

@@ -1,0 +1,33 @@
+"""The benchmark harness runs end to end and writes its report (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
+    """`python -m benchmarks.run --quick --only B3,B4` produces latest.json with every
+    figure's rows and checks, latest.md and one PNG per figure."""
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3,B4", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert {"mode", "torch", "torchdata", "cpus"} <= set(report["meta"])
+    assert set(report["figures"]) == {"B3", "B4", "B4-memory"}
+    for figure_id, figure in report["figures"].items():
+        assert {"id", "title", "unit", "rows", "checks", "notes"} <= set(figure)
+        assert figure["rows"], figure_id
+        for row in figure["rows"]:
+            assert {"case", "series", "stats"} <= set(row)
+            assert {"median", "low", "high", "reps"} <= set(row["stats"])
+        assert (tmp_path / f"{figure_id}.png").stat().st_size > 0
+    assert {check["name"] for check in report["figures"]["B4"]["checks"]} == {"4096 -> 3072 ranks, seconds"}
+    table = (tmp_path / "latest.md").read_text()
+    assert "| id | target | measured | met |" in table and "### B3" in table and "### B4" in table
