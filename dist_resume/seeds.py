@@ -17,19 +17,23 @@ def _splitmix64(value: int) -> int:
     return value ^ (value >> 31)
 
 
+def _absorb(state: int, part: int) -> int:
+    return _splitmix64(state ^ (part & _MASK64))
+
+
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed that depends on every part and on their order."""
     state = 0
     for part in parts:
-        state = _splitmix64(state ^ (part & _MASK64))
+        state = _absorb(state, part)
     return state & _SEED_BITS
 
 
 def derive_seeds(seed: int, epoch: int, positions: list[int]) -> list[int]:
-    """`derive_seed(seed, epoch, p)` for each `p` of `positions`, hashing the shared
+    """`derive_seed(seed, epoch, p)` for each `p` of `positions`, absorbing the shared
     `(seed, epoch)` prefix once instead of once per sample."""
-    prefix = _splitmix64(_splitmix64(seed & _MASK64) ^ (epoch & _MASK64))
-    return [_splitmix64(prefix ^ (position & _MASK64)) & _SEED_BITS for position in positions]
+    prefix = _absorb(_absorb(0, seed), epoch)
+    return [_absorb(prefix, position) & _SEED_BITS for position in positions]
 
 
 def _numpy_random():

@@ -96,7 +96,7 @@ def run(root: Path, summary: Summary, *, trials: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     record = root / "record"
     record.mkdir(parents=True)
-    epochs = 2 + trials // 4
+    epochs = 2 + trials // 2  # a trial keeps about 4.5 steps, an epoch is 6 to 18 steps
     base = {"dir": str(root / "ckpt"), "record": str(record), "dataset_len": DATASET_LEN, "batch_size": BATCH,
             "seed": seed, "epochs": epochs, "save_every": SAVE_EVERY, "keep": 3}
     runs = 0
