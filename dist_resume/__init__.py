@@ -18,7 +18,7 @@ from .errors import (
 )
 from .loader import ResumableDataLoader
 from .remap import PlannedBatch, ResumePlan, plan_resume
-from .sharded_stream import ShardedStream
+from .streams import ShardedStream
 from .state import ResumeStateError
 from .train_state import TrainState
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .layout import Layout, TailMode
 from .state import ResumeStateError, SavedStates, Sampling, decode
-from .stream import Plan, rank_positions
+from .elastic_plan import Plan, rank_positions
 
 
 @dataclass(frozen=True)

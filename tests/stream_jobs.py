@@ -10,7 +10,7 @@ from typing import Any
 import fsspec
 
 from dist_resume import ResumableDataLoader
-from dist_resume.sharded_stream import ShardedStream
+from dist_resume.streams import ShardedStream
 
 # Very different sizes, two empty shards, one of a single item.
 SHARD_SIZES = (40, 0, 3, 97, 1, 0, 12, 25)

@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from dist_resume import ResumableDataLoader, ResumeStateError, plan_resume
-from dist_resume.sharded_stream import ShardedStream
+from dist_resume.streams import ShardedStream
 
 from .s3_server import s3_bucket, s3_endpoint  # noqa: F401
 from .stream_jobs import all_items, flat, make_loader, make_stream, read_jsonl, run_job, write_shards

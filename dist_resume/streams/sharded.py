@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .seeds import derive_seed
+from ..seeds import derive_seed
 
 # Yielded by `slot_items` after a shard's last item: the shard is finished.
 SHARD_END = object()

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .seeds import SampleSeeder, derive_seed
-from .sharded_stream import SHARD_END, ShardedStream
-from .state import RankState, ResumeStateError, SavedStates, rank_key
-from .worker_roles import Tagged, is_stateful, play_role
+from ..seeds import SampleSeeder, derive_seed
+from ..state import RankState, ResumeStateError, SavedStates, rank_key
+from ..worker_roles import Tagged, is_stateful, play_role
+from .sharded import SHARD_END, ShardedStream
 
 STREAM_KEY = "stream"
 _META = "meta"  # int64[kind, num_workers, last role, digest]
