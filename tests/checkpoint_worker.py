@@ -122,7 +122,7 @@ def elastic_load(args: dict[str, Any]) -> None:
     for url in args["urls"]:
         model, optim, loader = _training(1, args["dataset_len"])
         app = TrainState(model, optim)
-        if not loaded_states:
+        if not loaded_states and args.get("plain_dcp_dir"):
             try:
                 dcp.load({"app": app, "loader": loader},
                          checkpoint_id=f"{args['plain_dcp_dir']}/{step_dir_name(args['step'])}")

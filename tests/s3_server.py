@@ -1,7 +1,8 @@
-"""A moto S3 server on loopback for tests, as s3fs's own suite runs one.
+"""S3 servers on loopback for tests: moto (an emulator that can inject faults), as s3fs's own
+suite runs one, and Ceph's RADOS Gateway (a real object store, tests/ceph_server.py).
 
-Use the fixtures by importing them into a test module:
-``from tests.s3_server import s3_bucket, s3_endpoint  # noqa: F401``.
+``s3_store`` runs a test on both; ``s3_bucket`` on moto only (fault injection, moto's API).
+tests/conftest.py makes these fixtures available to every test module.
 """
 
 from __future__ import annotations
@@ -47,15 +48,14 @@ def s3_endpoint() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh bucket, with endpoint and fake credentials in the environment only (as a
-    real job gets them); returns ``s3://<bucket>``."""
+def _fresh_bucket(monkeypatch: pytest.MonkeyPatch, endpoint: str, key_id: str, secret: str) -> str:
+    """A new bucket, with endpoint and credentials in the environment only (as a real job
+    gets them); returns ``s3://<bucket>``."""
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
@@ -63,3 +63,21 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem().mkdir(bucket)
     return f"s3://{bucket}"
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on moto, endpoint and fake credentials in the environment;
+    returns ``s3://<bucket>``."""
+    return _fresh_bucket(monkeypatch, s3_endpoint, FAKE_KEY_ID, FAKE_SECRET)
+
+
+@pytest.fixture(params=["moto", "ceph"])
+def s3_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on moto, then on Ceph RGW, endpoint and credentials in the environment
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``); returns
+    ``s3://<bucket>``. Each server starts on first use and serves the whole session."""
+    if request.param == "moto":
+        return _fresh_bucket(monkeypatch, request.getfixturevalue("s3_endpoint"), FAKE_KEY_ID, FAKE_SECRET)
+    rgw = request.getfixturevalue("ceph_endpoint")
+    return _fresh_bucket(monkeypatch, rgw.url, rgw.key_id, rgw.secret)

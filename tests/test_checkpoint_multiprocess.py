@@ -14,7 +14,7 @@ import torch
 from dist_resume.checkpoint import list_checkpoints, load_checkpoint, step_dir_name
 from dist_resume.state import ELASTIC_GUARD_KEY
 from tests.checkpoint_worker import launch, run
-from tests.s3_server import free_port, s3_bucket, s3_endpoint  # noqa: F401
+from tests.s3_server import free_port
 
 DATASET_LEN = 50
 
@@ -46,6 +46,24 @@ def test_save_at_n_load_at_m_local_and_s3(before: int, after: int, tmp_path: Pat
     for rank in range(after):
         error = (out / f"plain-dcp-error-{rank}.txt").read_text()
         assert f"loader.{ELASTIC_GUARD_KEY}" in error and "load_checkpoint" in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [3, 1])
+def test_elastic_resume_on_s3(after: int, tmp_path: Path, s3_store: str) -> None:
+    """G2/G7/G9 on each S3 server: 2 ranks save mid-epoch, ``after`` ranks load model,
+    optimizer and loader and finish the epoch; every sample is consumed exactly once."""
+    args = {"out": str(tmp_path / "out"), "urls": [f"{s3_store}/run"], "dataset_len": DATASET_LEN,
+            "train_steps": 3, "step": 3}
+    run("elastic_save", 2, args, free_port())
+    run("elastic_load", after, args, free_port())
+
+    out = Path(args["out"])
+    saved = [p for f in sorted(out.glob("consumed-save-*.json")) for p in json.loads(f.read_text())]
+    loaded = [p for f in sorted(out.glob("consumed-load-*.json")) for p in json.loads(f.read_text())]
+    assert len(saved) == 2 * 3 * 3 and len(list(out.glob("consumed-load-*.json"))) == after
+    assert sorted(saved + loaded) == list(range(DATASET_LEN))
+    assert [info.step for info in list_checkpoints(f"{s3_store}/run")] == [3]
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
-"""Checkpoints on S3 (moto server on loopback): endpoint and credentials from the
+"""Checkpoints on S3 (moto and Ceph RGW on loopback): endpoint and credentials from the
 environment or storage_options, clear errors, no secrets stored (G9)."""
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -13,7 +14,6 @@ import torch
 
 from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dist_resume.errors import StorageError
-from tests.s3_server import s3_bucket, s3_endpoint  # noqa: F401
 
 
 def _roundtrip(url: str, storage_options: dict | None = None) -> None:
@@ -27,19 +27,21 @@ def _roundtrip(url: str, storage_options: dict | None = None) -> None:
     assert torch.equal(state["w"], torch.full((4,), 3.0)) and state["meta"] == {"step": 3}
 
 
-def test_roundtrip_with_endpoint_and_credentials_from_environment(s3_bucket: str) -> None:
-    _roundtrip(f"{s3_bucket}/run")
+def test_roundtrip_with_endpoint_and_credentials_from_environment(s3_store: str) -> None:
+    _roundtrip(f"{s3_store}/run")
 
 
-def test_roundtrip_with_storage_options(s3_bucket: str, s3_endpoint: str,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_roundtrip_with_storage_options(s3_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """G9: endpoint and keys given only in storage_options; neither key appears in any stored file."""
+    options = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"], "key": os.environ["AWS_ACCESS_KEY_ID"],
+               "secret": os.environ["AWS_SECRET_ACCESS_KEY"]}
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name)
-    options = {"endpoint_url": s3_endpoint, "key": "option-key-id", "secret": "option-secret-value"}
-    _roundtrip(f"{s3_bucket}/run", options)
-    stored = s3fs.S3FileSystem(**options).find(s3_bucket)
+    s3fs.S3FileSystem.clear_instance_cache()
+    _roundtrip(f"{s3_store}/run", options)
+    stored = s3fs.S3FileSystem(**options).find(s3_store)
     blobs = b"".join(s3fs.S3FileSystem(**options).cat(stored).values())
-    for secret in (b"option-secret-value", b"option-key-id"):
+    for secret in (options["secret"].encode(), options["key"].encode()):
         assert secret not in blobs
 
 
