@@ -33,8 +33,10 @@ def free_port() -> int:
 
 
 def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a local job: this dist_resume importable, loopback networking."""
+    """The environment of a local job: this dist_resume importable, loopback networking, and
+    launch/*.sh running torchrun with this interpreter (``PYTHON``)."""
     env = dict(os.environ, **(extra or {}))
+    env.setdefault("PYTHON", sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     if sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in env:
         env["GLOO_SOCKET_IFNAME"] = "lo"
