@@ -19,6 +19,7 @@ already exists does not pause, so an elastic restart runs through.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import threading
@@ -110,10 +111,33 @@ def init_distributed(backend: str) -> None:
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 
 
+def shut_down_distributed() -> None:
+    """Leave the process group once every rank is done, so that the process exits.
+
+    gloo's worker thread drops its reference to a collective after the caller's wait has
+    returned. When that is the last reference, the thread frees the collective's tensors,
+    which needs the GIL; freeing the process group joins that thread while holding the GIL,
+    and the job hangs at exit. Holding the final barrier's work here until the group is gone
+    means the thread never holds the last reference to anything. Nothing else (a DDP model)
+    may keep the group alive past ``destroy_process_group``.
+    """
+    barrier = dist.barrier(async_op=True)
+    barrier.wait()
+    dist.destroy_process_group()
+    del barrier  # freed on this thread, after the gloo threads have stopped
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    init_distributed("nccl" if torch.cuda.is_available() else "gloo")
+    train(args)
+    gc.collect()  # DDP sits in a reference cycle: free it and its reference to the process group now
+    shut_down_distributed()
+
+
+def train(args: argparse.Namespace) -> None:
+    """Resume from the latest committed checkpoint, train ``args.epochs`` epochs, commit the end."""
     cuda = torch.cuda.is_available()
-    init_distributed("nccl" if cuda else "gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
@@ -169,10 +193,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[train] done: {args.epochs} epochs, step {step} committed", flush=True)
     if recorder is not None:
         recorder.close()
-    # Let gloo's worker threads finish with the last collective's Python tensors first:
-    # freeing DDP's process group while they still hold some deadlocks on the GIL.
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
