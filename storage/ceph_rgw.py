@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,16 +151,14 @@ class _Cluster:
                 [args[0], "-c", str(self.conf), "-f", *args[1:]], stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 
-    def wait_until(self, ready, what: str) -> None:  # noqa: ANN001 (a predicate)
+    def wait_until(self, ready: Callable[[], bool], what: str) -> None:
         """Poll ``ready()`` until it is true; fail at the deadline or when a daemon exits."""
         while not ready():
             for name, proc in self.daemons.items():
                 if proc.poll() is not None:
                     raise CephStartError(f"{name} exited with {proc.returncode} while waiting "
                                          f"for {what}{self._logs()}")
-            if self._remaining() < 0.2:
-                raise CephStartError(f"timed out waiting for {what}{self._logs()}")
-            time.sleep(0.2)
+            time.sleep(min(0.2, self._remaining()))
 
     def stop(self) -> None:
         # SIGKILL: the cluster is thrown away, and a clean OSD shutdown would first write
