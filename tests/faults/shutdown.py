@@ -30,7 +30,7 @@ NODES = 2
 DATASET_SIZE, GLOBAL_BATCH, SAVE_EVERY = 64, 8, 4
 FINAL_STEP = DATASET_SIZE // GLOBAL_BATCH  # one epoch
 EXIT_BOUND = 120.0  # seconds for a whole run; a run takes 10-30 s on 2 busy cores
-CI_RUNS, LONG_RUNS = 2, 20  # per S3 server in CI (it hung in 4 of 6 runs before the fix); by hand
+CI_RUNS, LONG_RUNS = 2, 20  # per S3 server in CI (before the fix 1 run in 6 to 4 in 6 hung); by hand
 
 
 @dataclass(frozen=True)
