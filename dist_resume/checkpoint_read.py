@@ -32,10 +32,10 @@ from torch.futures import Future
 
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.safe_load import load_stored
+from dist_resume.state import MAX_WORLD_SIZE
 from dist_resume.storage import Location, retry
 
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
-MAX_WORLD_SIZE = 2**20
 _LATEST_TIME = 253402300799.0  # 9999-12-31: any later "commit time" is damage
 _MAX_DIMS = 64
 _MAX_PATH_DEPTH = 256
