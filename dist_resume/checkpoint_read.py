@@ -36,7 +36,7 @@ from dist_resume.state import MAX_WORLD_SIZE
 from dist_resume.storage import Location, retry
 
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
-_LATEST_TIME = 253402300799.0  # 9999-12-31: any later "commit time" is damage
+_LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 _MAX_DIMS = 64
 _MAX_PATH_DEPTH = 256
 
@@ -83,6 +83,8 @@ def file_size(loc: Location, path: str, where: str) -> int:
 
 def read_range(loc: Location, path: str, offset: int, length: int, where: str) -> bytes:
     """``length`` bytes of the checkpoint file ``path`` from ``offset``; all of them or an error."""
+    if length == 0:
+        return b""
     if loc.is_local:
         fd = _open_local(loc, path, where)
         try:
