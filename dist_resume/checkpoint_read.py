@@ -81,36 +81,37 @@ def file_size(loc: Location, path: str, where: str) -> int:
     return int(info["size"])
 
 
-def read_range(loc: Location, path: str, offset: int, length: int, where: str) -> bytes:
+def read_range(loc: Location, path: str, offset: int, length: int, where: str) -> bytearray:
     """``length`` bytes of the checkpoint file ``path`` from ``offset``; all of them or an error."""
-    if length == 0:
-        return b""
     if loc.is_local:
+        data = bytearray(length)
+        view, done = memoryview(data), 0
         fd = _open_local(loc, path, where)
         try:
-            chunks, done = [], 0
             while done < length:
-                chunk = os.pread(fd, length - done, offset + done)
-                if not chunk:
+                read = os.preadv(fd, [view[done:]], offset + done)
+                if not read:
                     break
-                chunks.append(chunk)
-                done += len(chunk)
-            data = b"".join(chunks)
+                done += read
         finally:
             os.close(fd)
-    else:
+        del view
+    elif length:
         try:
-            data = retry(loc.fs.cat_file, path, start=offset, end=offset + length)
+            data = bytearray(retry(loc.fs.cat_file, path, start=offset, end=offset + length))
         except Exception as exc:
             raise loc.error("read", path, exc) from None
-    if len(data) != length:
+        done = len(data)
+    else:
+        data, done = bytearray(), 0
+    if done != length:
         raise CheckpointCorruptError(
             f"{where} is damaged: {posixpath.basename(path)} ends before byte {offset + length}"
         )
     return data
 
 
-def read_whole(loc: Location, path: str, where: str, limit: int | None = None) -> bytes:
+def read_whole(loc: Location, path: str, where: str, limit: int | None = None) -> bytearray:
     """The checkpoint file ``path``, refused if it holds more than ``limit`` bytes."""
     size = file_size(loc, path, where)
     if limit is not None and size > limit:

@@ -15,7 +15,9 @@ import collections
 import io
 import math
 import pickle
+import struct
 import zipfile
+import zlib
 from typing import Any
 
 import torch
@@ -180,11 +182,74 @@ def _torch_name(name: str) -> Any:
     return value if isinstance(value, torch.dtype) else None
 
 
+class _View(io.RawIOBase):
+    """A read-only file over a buffer, so that the archive is parsed without a copy."""
+
+    def __init__(self, view: memoryview) -> None:
+        self._view, self._position = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._view[self._position: self._position + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self._position += len(chunk)
+        return len(chunk)
+
+
+class _Archive:
+    """A torch.save archive (a zip of stored records) over a buffer; records are views
+    into it, each checked against its CRC-32 (torch.load checks none)."""
+
+    def __init__(self, data: bytearray) -> None:
+        self._view = memoryview(data)
+        self._zip = zipfile.ZipFile(_View(self._view))
+        infos = self._zip.infolist()
+        pickles = [info for info in infos if info.filename.endswith("/data.pkl")]
+        if len(pickles) != 1:
+            raise CheckpointCorruptError("not a torch.save archive (no single data.pkl)")
+        if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+            raise UnsafeCheckpointError("the archive has compressed records")  # could inflate past the file
+        self.prefix = pickles[0].filename[: -len("/data.pkl")]
+        order = f"{self.prefix}/byteorder"
+        if order in self._zip.namelist() and bytes(self.record(order)) != b"little":
+            raise CheckpointCorruptError("the archive is not little-endian")
+
+    def size(self, name: str) -> int | None:
+        try:
+            return self._zip.getinfo(name).file_size
+        except KeyError:
+            return None
+
+    def record(self, name: str) -> memoryview:
+        info = self._zip.getinfo(name)
+        header = bytes(self._view[info.header_offset: info.header_offset + 30])
+        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+            raise CheckpointCorruptError(f"record {name!r} has no header")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        start = info.header_offset + 30 + name_length + extra_length
+        data = self._view[start: start + info.file_size]
+        if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+            raise CheckpointCorruptError(f"record {name!r} fails its CRC-32 check")
+        return data
+
+
 class _StoredValueUnpickler(pickle.Unpickler):
-    def __init__(self, archive: zipfile.ZipFile, prefix: str, data: bytes) -> None:
-        super().__init__(io.BytesIO(data))
+    def __init__(self, archive: _Archive) -> None:
+        super().__init__(io.BytesIO(bytes(archive.record(f"{archive.prefix}/data.pkl"))))
         self._archive = archive
-        self._prefix = prefix
         self._storages: dict[str, _Stored] = {}
 
     def find_class(self, module: str, name: str) -> Any:
@@ -202,45 +267,28 @@ class _StoredValueUnpickler(pickle.Unpickler):
         _, kind, key, _location, numel = pid
         if key not in self._storages:
             numel = _count(numel, "a storage size")
-            record = f"{self._prefix}/data/{key}"
-            try:
-                info = self._archive.getinfo(record)
-            except KeyError:
-                raise CheckpointCorruptError(f"storage record {key!r} is missing") from None
+            record = f"{self._archive.prefix}/data/{key}"
+            size = self._archive.size(record)
+            if size is None:
+                raise CheckpointCorruptError(f"storage record {key!r} is missing")
             itemsize = torch.empty(0, dtype=kind.dtype).element_size()
-            if info.file_size != numel * itemsize:
+            if size != numel * itemsize:
                 raise CheckpointCorruptError(
-                    f"storage record {key!r} holds {info.file_size} bytes, its tensor declares {numel * itemsize}"
+                    f"storage record {key!r} holds {size} bytes, its tensor declares {numel * itemsize}"
                 )
-            raw = torch.frombuffer(bytearray(self._archive.read(record)), dtype=torch.uint8) if numel else \
-                torch.empty(0, dtype=torch.uint8)
+            data = self._archive.record(record)
+            raw = torch.frombuffer(data, dtype=torch.uint8) if numel else torch.empty(0, dtype=torch.uint8)
             self._storages[key] = _Stored(raw.untyped_storage(), kind.dtype, numel)
         return self._storages[key]
 
 
-def _open_archive(data: bytes) -> tuple[zipfile.ZipFile, str]:
-    """The torch.save archive in ``data`` and its record prefix; stored records only (a
-    compressed record could inflate beyond the file's size)."""
-    archive = zipfile.ZipFile(io.BytesIO(data))
-    pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
-    if len(pickles) != 1:
-        raise CheckpointCorruptError("not a torch.save archive (no single data.pkl)")
-    if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
-        raise UnsafeCheckpointError("the archive has compressed records")
-    prefix = pickles[0].filename[: -len("/data.pkl")]
-    order = f"{prefix}/byteorder"
-    if order in archive.namelist() and archive.read(order) != b"little":
-        raise CheckpointCorruptError("the archive is not little-endian")
-    return archive, prefix
-
-
-def load_stored(data: bytes, where: str) -> Any:
+def load_stored(data: bytes | bytearray, where: str) -> Any:
     """Unpickle one value DCP stored (a tensor or any non-tensor value), admitting only
     tensors and plain data: nothing named in it is imported or called beyond that, and
-    nothing larger than the stored bytes is allocated."""
+    nothing larger than the stored bytes is allocated. Tensors share ``data``'s memory."""
     try:
-        archive, prefix = _open_archive(data)
-        return _StoredValueUnpickler(archive, prefix, archive.read(f"{prefix}/data.pkl")).load()
+        archive = _Archive(data if isinstance(data, bytearray) else bytearray(data))
+        return _StoredValueUnpickler(archive).load()
     except UnsafeCheckpointError as exc:
         raise UnsafeCheckpointError(f"refused to load {where}: it is not plain data ({exc})") from None
     except CheckpointCorruptError as exc:
