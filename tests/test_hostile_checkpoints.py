@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from dist_resume.checkpoint import read_loader_states, save_checkpoint, step_dir_name
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.loader import ResumableDataLoader
-from dist_resume.state import RankState, encode
+from dist_resume.state import RankState, encode, plan_digest
 from tests.hostile_files import archive, edit_metadata, outcome, replace_stored, run_fenced
 from tests.s3_server import free_port
 
@@ -164,9 +164,7 @@ def test_shard_name_leaving_the_step_directory_is_refused(tmp_path: Path) -> Non
 def test_huge_world_size_in_a_loader_state_is_refused(tmp_path: Path) -> None:
     state = RankState(version=1, dataset_length=20, seed=5, shuffle=1, drop_last=0, even_batches=1, sampling=0,
                       epoch=0, world_size=10**8, rank=0, batch_size=3, global_batch=3 * 10**8,
-                      batches_consumed=0, samples_consumed=0, epoch_finished=0, plan_digest=0)
-    from dist_resume.state import plan_digest
-    state = RankState(**{**state.__dict__, "plan_digest": plan_digest([])})
+                      batches_consumed=0, samples_consumed=0, epoch_finished=0, plan_digest=plan_digest([]))
     save_checkpoint({"loader": encode(state, [])}, str(tmp_path), 1)
     result = run_fenced("-m", "dist_resume", "inspect", str(tmp_path))
     assert (result.returncode, result.stdout, result.stderr) == (
@@ -213,3 +211,21 @@ def test_declared_size_2_40_is_one_line_in_the_cli(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (1, "")
     assert re.fullmatch(f"dist-resume: error: step 1 at {re.escape(str(tmp_path))} is damaged: tensor "
                         r"'loader.rank_0.progress' declares 8796093022208 bytes where \d{4} are stored\n", result.stderr)
+
+
+def test_inspect_of_a_stored_device_mesh_starts_no_rendezvous(tmp_path: Path) -> None:
+    """The same payload as a loader's sampler state: ``dist-resume inspect`` refuses it and
+    joins no process group (the rendezvous address points at a port nobody serves)."""
+    state = RankState(version=1, dataset_length=20, seed=5, shuffle=1, drop_last=0, even_batches=1, sampling=1,
+                      epoch=0, world_size=1, rank=0, batch_size=3, global_batch=3, batches_consumed=0,
+                      samples_consumed=0, epoch_finished=0, plan_digest=plan_digest([]))
+    save_checkpoint({"loader": encode(state, [], sampler_state=0)}, str(tmp_path), 1)
+    replace_stored(tmp_path / step_dir_name(1), "loader.rank_0.sampler",
+                   archive(pickle.dumps(_MeshPayload(), protocol=2)))
+    script = (f"import os, sys, torch.distributed.tensor\n"
+              f"os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='{free_port()}', RANK='0', WORLD_SIZE='2')\n"
+              f"from dist_resume.cli import main\nsys.exit(main(['inspect', {str(tmp_path)!r}]))\n")
+    result = run_fenced("-c", script)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", f"dist-resume: error: refused to load stored value 'loader.rank_0.sampler' of step 1 at {tmp_path}: "
+               "it is not plain data (global 'torch.distributed.device_mesh.DeviceMesh' is not allowed)\n")
