@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from dist_resume.cli import main
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import RankState, encode, plan_digest
 
-from .hostile_files import read_metadata, run_fenced
+from .hostile_files import ROOT, read_metadata, run_fenced
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -156,3 +158,17 @@ def test_inspect_after_the_elastic_epoch_ended(tmp_path: Path, capsys: pytest.Ca
         "  rank 1: epoch 1 (in progress), 1 batches = 2 samples consumed this epoch",
         "  rank 2: epoch 1 (in progress), 1 batches = 2 samples consumed this epoch",
     ]
+
+
+def test_plan_piped_into_head_stops_quietly(tmp_path: Path) -> None:
+    """``dist-resume plan ... | head``: the reader leaves early; no BrokenPipeError traceback."""
+    loaders = _loaders(2, 3)
+    for loader in loaders:
+        next(iter(loader))
+    _save(loaders, tmp_path)
+    process = subprocess.Popen([sys.executable, "-m", "dist_resume", "plan", str(tmp_path), "--world-size", "200000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert process.stdout.readline().startswith(b"step 1: resuming at world size 200000")
+    process.stdout.close()
+    _, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (141, b"")
