@@ -24,14 +24,6 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.stateful import Stateful
 
-from dist_resume.errors import (
-    CheckpointCorruptError,
-    CheckpointError,
-    CheckpointExistsError,
-    CheckpointNotFoundError,
-    StorageError,
-)
-from dist_resume.nested import set_path
 from dist_resume.checkpoint_read import (
     MARKER_LIMIT,
     BoundedReader,
@@ -41,6 +33,13 @@ from dist_resume.checkpoint_read import (
     read_whole,
     shard_names,
 )
+from dist_resume.errors import (
+    CheckpointError,
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    StorageError,
+)
+from dist_resume.nested import set_path
 from dist_resume.safe_load import SafeLoadPlanner, unpickle_metadata
 from dist_resume.state import ELASTIC_GUARD_KEY
 from dist_resume.storage import CheckpointWriter, Location, resolve, retry, write_atomic
