@@ -24,15 +24,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.stateful import Stateful
 
-from dist_resume.checkpoint_read import (
-    MARKER_LIMIT,
-    BoundedReader,
-    check_metadata,
-    file_size,
-    parse_marker,
-    read_whole,
-    shard_names,
-)
+from dist_resume.checkpoint_read import BoundedReader, read_marker, read_metadata
 from dist_resume.errors import (
     CheckpointError,
     CheckpointExistsError,
@@ -40,7 +32,7 @@ from dist_resume.errors import (
     StorageError,
 )
 from dist_resume.nested import set_path
-from dist_resume.safe_load import SafeLoadPlanner, unpickle_metadata
+from dist_resume.safe_load import SafeLoadPlanner
 from dist_resume.state import ELASTIC_GUARD_KEY
 from dist_resume.storage import CheckpointWriter, Location, resolve, retry, write_atomic
 
@@ -159,21 +151,6 @@ def _check_container(loc: Location) -> None:
         raise loc.error("list checkpoints at", loc.root, exc) from None
     if not exists:
         raise StorageError(f"cannot read checkpoints at {loc.url}: bucket '{bucket}' does not exist")
-
-
-def _read_marker(loc: Location, step: int, directory: str) -> dict[str, Any]:
-    where = f"step {step} at {loc.url}"
-    return parse_marker(read_whole(loc, posixpath.join(directory, MARKER), where, MARKER_LIMIT), step, where)
-
-
-def _read_metadata(loc: Location, directory: str, where: str) -> Metadata:
-    """The step's ``.metadata``, checked against the real sizes of the files it points into."""
-    path = posixpath.join(directory, _METADATA)
-    metadata = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
-    sizes = {name: file_size(loc, posixpath.join(directory, name), where)
-             for name in sorted(shard_names(metadata, where))}
-    check_metadata(metadata, sizes, where)
-    return metadata
 
 
 def _prepare(loc: Location, step: int) -> None:
@@ -352,7 +329,7 @@ def _choose(loc: Location, step: int | None) -> tuple[int, Metadata] | None:
             f"step {step} is not committed at {loc.url} (committed steps: {committed})"
         )
     where = f"step {step} at {loc.url}"
-    return step, _read_metadata(loc, steps[step], where)
+    return step, read_metadata(loc, steps[step], where)
 
 
 def _placeholder(entry: Any) -> torch.Tensor | None:
@@ -448,7 +425,7 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
     loc = resolve(url, storage_options)
     infos = []
     for step, directory in sorted(_committed_steps(loc).items()):
-        marker = _read_marker(loc, step, directory)
+        marker = read_marker(loc, posixpath.join(directory, MARKER), step, f"step {step} at {loc.url}")
         try:
             size = retry(loc.fs.du, directory)
         except Exception as exc:

@@ -31,10 +31,11 @@ from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
-from dist_resume.safe_load import load_stored
+from dist_resume.safe_load import load_stored, unpickle_metadata
 from dist_resume.state import MAX_WORLD_SIZE
 from dist_resume.storage import Location, retry
 
+METADATA = ".metadata"  # DCP's name
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
 _LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 _MAX_DIMS = 64
@@ -122,6 +123,11 @@ def read_whole(loc: Location, path: str, where: str, limit: int | None = None) -
 
 
 # ---------------------------------------------------------------- the commit marker
+
+def read_marker(loc: Location, path: str, step: int, where: str) -> dict[str, Any]:
+    """The commit marker ``path`` of ``step``, each field checked (see :func:`parse_marker`)."""
+    return parse_marker(read_whole(loc, path, where, MARKER_LIMIT), step, where)
+
 
 def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
     """The fields of a commit marker, each checked: ``step``, ``world_size``, ``committed_at``."""
@@ -229,6 +235,17 @@ def check_metadata(metadata: Metadata, sizes: dict[str, int], where: str) -> Non
         else:
             raise CheckpointCorruptError(f"{where} is damaged: entry '{fqn}' is a {type(entry).__name__}")
         _check_path(fqn, metadata.planner_data.get(fqn), len(entries), where)
+
+
+def read_metadata(loc: Location, directory: str, where: str) -> Metadata:
+    """The ``.metadata`` of the step in ``directory``, checked against the real sizes of the
+    files it points into before anything is allocated from it."""
+    path = posixpath.join(directory, METADATA)
+    metadata = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
+    sizes = {name: file_size(loc, posixpath.join(directory, name), where)
+             for name in sorted(shard_names(metadata, where))}
+    check_metadata(metadata, sizes, where)
+    return metadata
 
 
 def shard_names(metadata: Metadata, where: str) -> set[str]:
