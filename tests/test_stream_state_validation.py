@@ -11,9 +11,10 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from dist_resume import ResumeStateError
+from dist_resume import ResumableDataLoader, ResumeStateError
 
 from .stream_jobs import SHARD_SIZES, make_loader, make_stream, write_shards
+from .tutorial_datasets import Counting
 
 SHARDS = len(SHARD_SIZES)
 ENTRY = "loader state entry 'rank_0' stream"
@@ -102,3 +103,18 @@ def test_elastic_resume_checks_every_ranks_entry(tmp_path) -> None:
     message = "loader state entry 'rank_1' stream field 'consumed' is -1 for shard 4"
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         make_loader(stream, 0, 3, 0).load_state_dict(state)
+
+
+@pytest.mark.parametrize("items,message", [
+    (torch.tensor([-1], dtype=torch.int64), f"{ENTRY} field 'items' is -1 for role 0"),
+    (torch.tensor([1, 2], dtype=torch.int64), f"{ENTRY} field 'items' has 2 values, expected 1"),
+    (torch.tensor([1.0]), f"{ENTRY} field 'items' is not a 1-D int64 tensor"),
+])
+def test_damaged_snapshot_stream_state_names_the_field(items, message) -> None:
+    """Any other IterableDataset: its per-role item counts are checked the same way."""
+    loader = ResumableDataLoader(Counting(10), batch_size=2)
+    next(iter(loader))
+    state = copy.deepcopy(loader.state_dict())
+    state["rank_0"]["stream"]["items"] = items
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
+        ResumableDataLoader(Counting(10), batch_size=2).load_state_dict(state)
