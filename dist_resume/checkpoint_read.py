@@ -242,10 +242,27 @@ def read_metadata(loc: Location, directory: str, where: str) -> Metadata:
     files it points into before anything is allocated from it."""
     path = posixpath.join(directory, METADATA)
     metadata = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
-    sizes = {name: file_size(loc, posixpath.join(directory, name), where)
-             for name in sorted(shard_names(metadata, where))}
-    check_metadata(metadata, sizes, where)
+    check_metadata(metadata, _shard_sizes(loc, directory, shard_names(metadata, where), where), where)
     return metadata
+
+
+def _shard_sizes(loc: Location, directory: str, names: set[str], where: str) -> dict[str, int]:
+    """The real size of each file ``names`` in ``directory``: one listing on an object store."""
+    if loc.is_local:
+        return {name: file_size(loc, posixpath.join(directory, name), where) for name in sorted(names)}
+    try:
+        listing = retry(loc.fs.ls, directory, detail=True)
+    except Exception as exc:
+        raise loc.error("list", directory, exc) from None
+    found = {posixpath.basename(entry["name"].rstrip("/")): entry for entry in listing}
+    sizes = {}
+    for name in sorted(names):
+        if name not in found:
+            raise CheckpointCorruptError(f"{where} is damaged: shard {name} is missing")
+        if found[name].get("type") != "file":
+            raise UnsafeCheckpointError(f"refused to read {where}: {name} is not a file")
+        sizes[name] = int(found[name]["size"])
+    return sizes
 
 
 def shard_names(metadata: Metadata, where: str) -> set[str]:
