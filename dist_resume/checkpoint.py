@@ -24,17 +24,17 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.stateful import Stateful
 
+from dist_resume.checkpoint_read import BoundedReader, read_marker, read_metadata
 from dist_resume.errors import (
-    CheckpointCorruptError,
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
     StorageError,
 )
 from dist_resume.nested import set_path
-from dist_resume.safe_load import SafeLoadPlanner, unpickle_metadata
+from dist_resume.safe_load import SafeLoadPlanner
 from dist_resume.state import ELASTIC_GUARD_KEY
-from dist_resume.storage import CheckpointReader, CheckpointWriter, Location, resolve, retry, write_atomic
+from dist_resume.storage import CheckpointWriter, Location, resolve, retry, write_atomic
 
 T = TypeVar("T")
 
@@ -151,43 +151,6 @@ def _check_container(loc: Location) -> None:
         raise loc.error("list checkpoints at", loc.root, exc) from None
     if not exists:
         raise StorageError(f"cannot read checkpoints at {loc.url}: bucket '{bucket}' does not exist")
-
-
-def _read_marker(loc: Location, directory: str) -> dict[str, Any]:
-    try:
-        return json.loads(retry(loc.fs.cat_file, posixpath.join(directory, MARKER)))
-    except Exception as exc:
-        raise loc.error("read", posixpath.join(directory, MARKER), exc) from None
-
-
-def _read_metadata(loc: Location, directory: str, where: str) -> Metadata:
-    path = posixpath.join(directory, _METADATA)
-    try:
-        data = retry(loc.fs.cat_file, path)
-    except FileNotFoundError:
-        raise CheckpointCorruptError(f"{where} is damaged: {_METADATA} is missing") from None
-    except Exception as exc:
-        raise loc.error("read", path, exc) from None
-    return unpickle_metadata(data, loc.url_of(path))
-
-
-def _check_shards(loc: Location, directory: str, metadata: Metadata, where: str) -> None:
-    """Every file the metadata points into exists and is long enough (catches truncation)."""
-    try:
-        listing = retry(loc.fs.ls, directory, detail=True)
-    except Exception as exc:
-        raise loc.error("list", directory, exc) from None
-    sizes = {posixpath.basename(entry["name"]): entry["size"] for entry in listing}
-    needed: dict[str, int] = {}
-    for info in metadata.storage_data.values():
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
-    for name, end in sorted(needed.items()):
-        if name not in sizes:
-            raise CheckpointCorruptError(f"{where} is damaged: shard {name} is missing")
-        if sizes[name] < end:
-            raise CheckpointCorruptError(
-                f"{where} is damaged: shard {name} has {sizes[name]} bytes, its metadata needs {end}"
-            )
 
 
 def _prepare(loc: Location, step: int) -> None:
@@ -366,9 +329,7 @@ def _choose(loc: Location, step: int | None) -> tuple[int, Metadata] | None:
             f"step {step} is not committed at {loc.url} (committed steps: {committed})"
         )
     where = f"step {step} at {loc.url}"
-    metadata = _read_metadata(loc, steps[step], where)
-    _check_shards(loc, steps[step], metadata, where)
-    return step, metadata
+    return step, read_metadata(loc, steps[step], where)
 
 
 def _placeholder(entry: Any) -> torch.Tensor | None:
@@ -422,7 +383,7 @@ def load_checkpoint(
     step, metadata = chosen
     where = f"step {step} at {loc.url}"
     targets, elastic = _load_targets(state, metadata)
-    reader = CheckpointReader(loc, loc.join(step_dir_name(step)), metadata)
+    reader = BoundedReader(loc, loc.join(step_dir_name(step)), metadata, where)
     _dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
               planner=SafeLoadPlanner(where), process_group=process_group)
     for key, value in state.items():
@@ -453,7 +414,7 @@ def read_loader_states(
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
         raise CheckpointError(f"{where} holds no data loader state under {key!r}")
     targets, _ = _load_targets({key: None}, metadata)
-    reader = CheckpointReader(loc, loc.join(step_dir_name(step)), metadata)
+    reader = BoundedReader(loc, loc.join(step_dir_name(step)), metadata, where)
     _dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
               planner=SafeLoadPlanner(where), no_dist=True)
     return step, targets[key]
@@ -464,7 +425,7 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
     loc = resolve(url, storage_options)
     infos = []
     for step, directory in sorted(_committed_steps(loc).items()):
-        marker = _read_marker(loc, directory)
+        marker = read_marker(loc, posixpath.join(directory, MARKER), step, f"step {step} at {loc.url}")
         try:
             size = retry(loc.fs.du, directory)
         except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -15,8 +16,8 @@ from typing import NoReturn
 
 from dist_resume.checkpoint import list_checkpoints, read_loader_states
 from dist_resume.errors import CheckpointError
-from dist_resume.remap import plan_resume
-from dist_resume.state import ResumeStateError, decode
+from dist_resume.remap import ResumePlan, plan_resume
+from dist_resume.state import MAX_WORLD_SIZE, RankState, ResumeStateError, decode
 
 PROG = "dist-resume"
 
@@ -28,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _count(minimum: int):
+def _count(minimum: int, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -36,6 +37,8 @@ def _count(minimum: int):
             raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
         return value
 
     return parse
@@ -69,9 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="what each rank would consume after resuming at another world size")
     plan.add_argument("url", help="checkpoint location (path, file://, s3://...)")
-    plan.add_argument("--world-size", type=_count(1), required=True, metavar="M")
+    plan.add_argument("--world-size", type=_count(1, MAX_WORLD_SIZE), required=True, metavar="M")
     plan.add_argument("--batch-size", type=_count(1), metavar="B",
-                      help="per-rank batch size after the resume (default: the saved one)")
+                      help="per-rank batch size after the resume (default: the saved one, as a resumed "
+                           "loader built with the same batch_size; the global batch then changes with M)")
     plan.add_argument("--step", type=_count(0), help="committed step (default: the latest)")
     plan.add_argument("--key", default="loader", help="state dict key of the loader (default: loader)")
     return parser
@@ -125,7 +129,11 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"  saved at world size {first.world_size}, per-rank batch {first.batch_size} "
           f"(global batch {first.global_batch})")
     if saved.plan_values:
-        print(f"  epoch {saved.plan_values[0]} continues an elastic resume (plan of {len(saved.plan_values)} integers)")
+        plan_epoch = saved.plan_values[0]  # Plan.encode: [epoch, levels, ...]
+        if any(rank_state.epoch == plan_epoch for rank_state in saved.ranks.values()):
+            print(f"  epoch {plan_epoch} continues an elastic resume (plan of {len(saved.plan_values)} integers)")
+        else:
+            print(f"  the elastic plan of epoch {plan_epoch} is kept from the last resume; no rank is in that epoch")
     for rank, rank_state in sorted(saved.ranks.items()):
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
@@ -135,43 +143,57 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     step, state = read_loader_states(args.url, args.step, key=args.key)
-    saved = decode(state)
+    saved = decode(state).any
     plan = plan_resume(state, args.world_size, args.batch_size)
     layout = plan.layout
     print(f"step {step}: resuming at world size {layout.world_size}, per-rank batch {layout.batch_size} "
-          f"(global batch {layout.global_batch}); saved at world size {saved.any.world_size}, per-rank batch "
-          f"{saved.any.batch_size}")
+          f"(global batch {layout.global_batch}); saved at world size {saved.world_size}, per-rank batch "
+          f"{saved.batch_size}")
+    if layout.global_batch != saved.global_batch:
+        print("  " + _global_batch_change(saved, plan, args.batch_size is None))
     if not any(plan.remaining_batches(rank) for rank in range(layout.world_size)):
         print(f"  epoch {plan.epoch} is finished: every rank starts epoch {plan.epoch + 1} from its beginning")
         return 0
     print(f"  epoch {plan.epoch}: every rank continues it; then epoch {plan.epoch + 1} starts from its beginning")
     for rank in range(layout.world_size):
-        batches = list(plan.batches(rank))
-        padding = sum(batch.padding for batch in batches)
-        samples = sum(len(batch.positions) for batch in batches) - padding
-        positions = [p for batch in batches for p in batch.positions[: len(batch.positions) - batch.padding]]
-        pad = f" + {padding} padding" if padding else ""
-        print(f"  rank {rank}: {len(batches)} batches, {samples} samples{pad}; positions {_ranges(positions)}")
+        print(f"  rank {rank}: {_rank_summary(plan, rank)}")
     return 0
+
+
+def _global_batch_change(saved: RankState, plan: ResumePlan, default_batch: bool) -> str:
+    old, new, world_size = saved.global_batch, plan.layout.global_batch, plan.layout.world_size
+    if not default_batch:
+        return f"the global batch changes from {old} to {new}"
+    keeps = (f"--batch-size {old // world_size} keeps it at {old}" if old % world_size == 0
+             else f"no per-rank batch keeps it at {old} with {world_size} ranks")
+    return (f"the global batch changes from {old} to {new}: the saved per-rank batch {saved.batch_size} is kept, "
+            f"as a resumed loader with the same batch_size does; {keeps}")
+
+
+def _rank_summary(plan: ResumePlan, rank: int, limit: int = 6) -> str:
+    """Batches, samples and the first position ranges rank ``rank`` consumes next, in work
+    independent of the epoch's length."""
+    layout, first, stop = plan.layout, plan.consumed[rank], plan.layout.num_batches(rank)
+    slots = layout.slots_before(rank, stop) - layout.slots_before(rank, first)
+    padding = layout.batch(rank, stop - 1).padding if stop > first else 0
+    spans: list[list[int]] = []
+    index = first
+    while index < stop and len(spans) <= limit:
+        batch = layout.batch(rank, index)
+        for start, count in plan.plan.runs(batch.start, batch.stop):
+            if spans and start == spans[-1][1] + 1:
+                spans[-1][1] = start + count - 1
+            else:
+                spans.append([start, start + count - 1])
+        index += 1
+    words = [f"{a}-{b}" if b > a else str(a) for a, b in spans[:limit]]
+    more = ", ..." if len(spans) > limit or index < stop else ""
+    pad = f" + {padding} padding" if padding else ""
+    return f"{stop - first} batches, {slots - padding} samples{pad}; positions {', '.join(words) or 'none'}{more}"
 
 
 def _on(flag: int) -> str:
     return "on" if flag else "off"
-
-
-def _ranges(positions: list[int], limit: int = 6) -> str:
-    """``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``; at most ``limit`` ranges shown."""
-    if not positions:
-        return "none"
-    spans: list[list[int]] = []
-    for position in positions:
-        if spans and position == spans[-1][1] + 1:
-            spans[-1][1] = position
-        else:
-            spans.append([position, position])
-    words = [f"{a}-{b}" if b > a else str(a) for a, b in spans]
-    more = f", ... ({len(words) - limit} more ranges)" if len(words) > limit else ""
-    return ", ".join(words[:limit]) + more
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
@@ -199,3 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`dist-resume plan ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -27,6 +27,8 @@ PLAN_KEY = "plan"
 PROGRESS_KEY = "progress"
 SAMPLER_KEY = "sampler"
 FORMAT_VERSION = 1
+# Far above any job; keeps every O(world size) step of a resume (and of the CLI) bounded.
+MAX_WORLD_SIZE = 2**20
 _RANK_PREFIX = "rank_"
 
 
@@ -263,7 +265,9 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
 
 def _check_counts(state: RankState) -> None:
     problems = []
-    if not 0 <= state.rank < state.world_size:
+    if state.world_size > MAX_WORLD_SIZE:
+        problems.append(f"world size {state.world_size} above the supported {MAX_WORLD_SIZE}")
+    elif not 0 <= state.rank < state.world_size:
         problems.append(f"rank {state.rank} outside world size {state.world_size}")
     if state.batch_size < 1:
         problems.append(f"batch size {state.batch_size}")

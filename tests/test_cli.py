@@ -90,6 +90,7 @@ def test_plan_matches_a_real_resume(checkpoints: str, capsys: pytest.CaptureFixt
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         "step 3: resuming at world size 3, per-rank batch 1 (global batch 3); saved at world size 2, per-rank batch 3",
+        "  the global batch changes from 6 to 3",
         "  epoch 0: every rank continues it; then epoch 1 starts from its beginning",
         "  rank 0: 1 batches, 1 samples; positions 18",
         "  rank 1: 1 batches, 1 samples; positions 19",
@@ -113,6 +114,8 @@ def test_plan_of_a_finished_epoch(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert code == 0
     assert out.splitlines() == [
         "step 7: resuming at world size 4, per-rank batch 3 (global batch 12); saved at world size 1, per-rank batch 3",
+        "  the global batch changes from 3 to 12: the saved per-rank batch 3 is kept, as a resumed loader with the "
+        "same batch_size does; no per-rank batch keeps it at 3 with 4 ranks",
         "  epoch 0 is finished: every rank starts epoch 1 from its beginning",
     ]
 

@@ -29,10 +29,10 @@ from ..seeds import SampleSeeder, derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
 from ..worker_roles import Tagged, is_stateful, play_role
 from .sharded import SHARD_END, ShardedStream
+from .stream_state import KIND_WORDS, META as _META, SHARD_KIND as _SHARD_KIND, SNAPSHOT_KIND as _SNAPSHOT_KIND
+from .stream_state import read_meta, role_items, shard_counts
 
 STREAM_KEY = "stream"
-_META = "meta"  # int64[kind, num_workers, last role, digest]
-_SNAPSHOT_KIND, _SHARD_KIND = 0, 1
 
 
 # -- worker side ------------------------------------------------------------------
@@ -185,9 +185,9 @@ class _SnapshotRecords:
                 state[f"snapshot_{role}"] = snapshot
         return state
 
-    def load(self, entries: list[Mapping[str, Any]]) -> None:
-        (own,) = entries
-        items = own["items"].tolist()
+    def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
+        ((where, own),) = entries.items()
+        items = role_items(own, where, self._roles)
         self._records = [(own.get(f"snapshot_{role}"), count) for role, count in enumerate(items)]
         if not is_stateful(self._dataset) and any(items):
             warnings.warn(
@@ -231,11 +231,12 @@ class _ShardRecords:
             "finished": torch.tensor(self._finished, dtype=torch.int64),
         }
 
-    def load(self, entries: list[Mapping[str, Any]]) -> None:
+    def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
         # Each shard is read by one slot at a time, and every rank starts from the same
         # merged counts: the most any rank saw is the shard's count.
-        self._consumed = torch.stack([entry["consumed"] for entry in entries]).amax(0).tolist()
-        self._finished = torch.stack([entry["finished"] for entry in entries]).amax(0).tolist()
+        counts = [shard_counts(entry, where, len(self._stream.shards)) for where, entry in entries.items()]
+        self._consumed = [max(column) for column in zip(*(consumed for consumed, _ in counts))]
+        self._finished = [max(column) for column in zip(*(finished for _, finished in counts))]
 
 
 class StreamCursor:
@@ -304,17 +305,21 @@ class StreamCursor:
         """Continue from a loaded state; returns the saved progress this rank continues (its
         own when the layout is unchanged; else a fresh count in the ranks' common epoch)."""
         entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
-        kind, num_workers, last_role, digest = next(iter(entries.values()))[_META].tolist()
+        metas = {saved_rank: read_meta(entry, _where(saved_rank)) for saved_rank, entry in entries.items()}
+        kind, num_workers, last_role, digest = next(iter(metas.values()))
+        for saved_rank, meta in metas.items():
+            if (meta.kind, meta.num_workers, meta.digest) != (kind, num_workers, digest):
+                raise ResumeStateError(f"{_where(saved_rank)} field {_META!r} disagrees with the other ranks' entries")
         if kind != self._records.kind:
-            raise ResumeStateError(f"loader state was saved for {_KIND_WORDS[kind]}; this loader reads {_KIND_WORDS[self._records.kind]}")
+            raise ResumeStateError(f"loader state was saved for {KIND_WORDS[kind]}; this loader reads {KIND_WORDS[self._records.kind]}")
         if digest != self._records.digest():
             raise ResumeStateError("loader state was saved for a ShardedStream with other shards, shuffle, window or seed")
         saved_world_size = saved.any.world_size
         if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
             if rank not in saved.ranks:
                 saved.require_complete(f"resuming rank {rank}")
-            self._records.load([entries[rank]])
-            self._last_role = last_role
+            self._records.load({_where(rank): entries[rank]})
+            self._last_role = metas[rank].last_role
             return saved.ranks[rank]
         describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
                     f"world size {world_size} with num_workers={self.num_workers}")
@@ -333,14 +338,15 @@ class StreamCursor:
                 f"saved ranks stopped in different epochs {sorted(epochs)}; a resume at another world size or "
                 "num_workers needs them in one epoch: resume with the saved layout until the epoch ends"
             )
-        self._records.load(list(entries.values()))
+        self._records.load({_where(saved_rank): entry for saved_rank, entry in entries.items()})
         self._last_role = -1
         finished = all(state.epoch_finished for state in saved.ranks.values())
         return dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
                                    samples_consumed=0, epoch_finished=int(finished))
 
 
-_KIND_WORDS = {_SNAPSHOT_KIND: "an IterableDataset", _SHARD_KIND: "a ShardedStream"}
+def _where(rank: int) -> str:
+    return f"loader state entry {rank_key(rank)!r} stream"
 
 
 def _stream_entry(state_dict: Mapping[str, Any], rank: int) -> Mapping[str, Any]:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..seeds import derive_seed
+from ..state import ResumeStateError
 
 # Yielded by `slot_items` after a shard's last item: the shard is finished.
 SHARD_END = object()
@@ -106,12 +107,19 @@ class ShardedStream(IterableDataset):
                 yield shard, SHARD_END
 
     def _shard_items(self, epoch: int, shard: int, skip: int) -> Iterator[Any]:
+        consumed, read = skip, 0
         with fsspec.open(self.shards[shard], "rb", **self.storage_options) as file:
             items = iter(self.reader(file))
             block_index = 0
             while True:
                 block = _take(items, self.window)
+                read += len(block)
                 if not block:
+                    if skip:  # the state claims items this shard does not have
+                        raise ResumeStateError(
+                            f"loader state field 'consumed' says {consumed} items of shard {shard} "
+                            f"({self.shards[shard]}) were read; it holds {read}"
+                        )
                     return
                 if skip >= len(block):  # consumed already: read past, do not shuffle
                     skip -= len(block)
