@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from .fetch import BatchRequest, SeededDataset, SingleSample
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
+from .sample_rng import parse_choice
 from .state import (
     FORMAT_VERSION,
     Identity,
@@ -121,7 +122,7 @@ class ResumableDataLoader(DataLoader):
         world_size: int | None = None,
         process_group=None,
         even_batches: bool = True,
-        deterministic_transforms: bool = True,
+        deterministic_transforms: bool | Iterable[str] = True,
         snapshot_every: int = 16,
     ) -> None:
         if not in_order:
@@ -156,7 +157,7 @@ class ResumableDataLoader(DataLoader):
         self._stream = StreamCursor(dataset, num_workers, snapshot_every) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
-        self.deterministic_transforms = deterministic_transforms
+        self.deterministic_transforms = parse_choice(deterministic_transforms)
         self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
         self._user_sampler = batch_sampler if batch_sampler is not None else sampler
         if self._stream is not None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import random
-
-import torch
+from .generators import NAMES, generators
 
 _MASK64 = (1 << 64) - 1
 _SEED_BITS = (1 << 63) - 1
@@ -36,30 +34,19 @@ def derive_seeds(seed: int, epoch: int, positions: list[int]) -> list[int]:
     return [_absorb(prefix, position) & _SEED_BITS for position in positions]
 
 
-def _numpy_random():
-    # Imported on first use in each process: a dataset may import numpy lazily
-    # inside __getitem__, after the seeding, so "not yet imported" is not enough.
-    try:
-        import numpy.random
-    except ImportError:
-        return None
-    return numpy.random
+# Salt of the seed handed to a sample's own generator, so that its draws differ from
+# those of the global generators seeded for the same sample.
+_OWN_GENERATOR = 0x6F776E
+
+
+def own_generator_seed(sample_seed: int) -> int:
+    """The seed of the generator `dist_resume.sample_generator()` hands to a sample."""
+    return _absorb(sample_seed, _OWN_GENERATOR) & _SEED_BITS
 
 
 class SampleSeeder:
     """Seeds the `torch` (CPU), `random` and `numpy` global generators before a sample is read."""
 
-    def __init__(self) -> None:
-        self._numpy_random = None
-        self._numpy_checked = False
-
     def seed(self, seed: int) -> None:
-        # torch.manual_seed would also seed every accelerator generator (100x slower);
-        # samples are produced by CPU code in loader workers.
-        torch.default_generator.manual_seed(seed)
-        random.seed(seed)
-        if not self._numpy_checked:
-            self._numpy_random = _numpy_random()
-            self._numpy_checked = True
-        if self._numpy_random is not None:
-            self._numpy_random.seed(seed & 0xFFFFFFFF)
+        for generator in generators(NAMES):
+            generator.seed(seed)
