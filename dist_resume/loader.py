@@ -326,10 +326,14 @@ class ResumableDataLoader(DataLoader):
         for first in range(first_batch, total, per_chunk):
             positions, sizes = rank_positions(plan, layout, self.rank, first, min(total, first + per_chunk))
             indices = order.indices(positions)
-            positions_list = positions.tolist()
+            starts, consecutive = _consecutive_batches(positions, sizes)
+            # A batch of consecutive positions (all but padded or remapped ones) is sent as a
+            # range: no list built, a few bytes pickled to a worker.
+            listed = None if all(consecutive) else positions.tolist()
             offset = 0
-            for size in sizes:
-                yield BatchRequest(epoch, positions_list[offset : offset + size], indices[offset : offset + size])
+            for size, start, in_order in zip(sizes, starts, consecutive):
+                batch_positions = range(start, start + size) if in_order else listed[offset : offset + size]
+                yield BatchRequest(epoch, batch_positions, indices[offset : offset + size])
                 offset += size
 
     def _user_sampler_requests(self, epoch: int, first_batch: int, first_sample: int) -> Iterator[BatchRequest]:
@@ -476,6 +480,19 @@ def _recording_sizes(
             role = states.role(first_batch + sent)
             request = request._replace(role=role, restore=states.restore(role) if sent < states.roles else None)
         yield request
+
+
+def _consecutive_batches(positions: torch.Tensor, sizes: list[int]) -> tuple[list[int], list[bool]]:
+    """For batches of `sizes` laid end to end in `positions`: each one's first position, and
+    whether its positions are consecutive."""
+    if not sizes:
+        return [], []
+    counts = torch.tensor(sizes)
+    offsets = counts.cumsum(0) - counts
+    breaks = torch.zeros(positions.numel(), dtype=torch.int64)
+    breaks[1:] = (positions[1:] - positions[:-1] != 1).cumsum(0)
+    consecutive = breaks[offsets + counts - 1] == breaks[offsets]
+    return positions[offsets].tolist(), consecutive.tolist()
 
 
 def _data_parallel_shard(rank: int | None, world_size: int | None, process_group) -> tuple[int, int]:
