@@ -53,19 +53,21 @@ class SeededDataset(Dataset):
         if randomness is None:
             randomness = SampleRandomness(self._choice, refetch=not self._stateful)
             object.__setattr__(self, "_randomness", randomness)
-        snapshots = randomness.snapshots
-        before = [snapshot() for snapshot in snapshots]
+        snapshot = randomness.snapshot
+        before = snapshot() if snapshot is not None else None
         samples = self._samples(request, randomness)
-        if snapshots or _context.asked:
-            samples = randomness.settle(before, samples, lambda: self._samples(request, randomness),
+        if before is not None and randomness.quiet and not _context.asked and snapshot() == before:
+            randomness.clean_batches += 1  # the common case, kept short
+            return samples
+        if before is not None or _context.asked:
+            samples = randomness.settle(before or [], samples, lambda: self._samples(request, randomness),
                                         lambda: f"epoch {request.epoch}, position {request.positions[0]}")
         return samples
 
     def _samples(self, request: BatchRequest, randomness: SampleRandomness) -> list[Any]:
         dataset = self._dataset
         context = _context
-        seeders = [generator.seed for generator in randomness.seeded]
-        if not seeders and not randomness.own:
+        if not randomness.seeded and not randomness.own:
             context.fetching = True
             try:
                 if self._batched:
@@ -73,6 +75,7 @@ class SeededDataset(Dataset):
                 return [dataset[index] for index in request.indices]
             finally:
                 context.fetching = False
+        seeders = [generator.seed for generator in randomness.seeded]
         outer = context.seed
         try:
             if self._batched:

@@ -68,6 +68,18 @@ def parse_choice(value: bool | Iterable[str]) -> bool | frozenset[str]:
     return names
 
 
+def _snapshot_of(watched: list[Generator]) -> Callable[[], list[Any]] | None:
+    """One call that snapshots every generator of `watched` (None: nothing is watched). Taken
+    twice per batch, so the common cases skip the loop."""
+    calls = [generator.snapshot for generator in watched]
+    if not calls:
+        return None
+    if len(calls) == 3:
+        first, second, third = calls
+        return lambda: [first(), second(), third()]
+    return lambda: [call() for call in calls]
+
+
 class SampleRandomness:
     """What one process seeds before each sample, learnt from the batches it fetches.
 
@@ -86,9 +98,12 @@ class SampleRandomness:
         learn = choice is True and refetch
         self.seeded: list[Generator] = [] if learn else generators(names)
         self.probed: list[Generator] = generators(names) if learn else []
-        self.snapshots = [generator.snapshot for generator in self.watched]
+        self.snapshot = _snapshot_of(self.watched)
         self.own = not refetch  # whether samples get their seed in the context
         self.clean_batches = 0
+        # Whether a batch whose generators did not change needs nothing more (no caller
+        # state to restore, no seed asked for).
+        self.quiet = not self.seeded
 
     @property
     def watched(self) -> list[Generator]:
@@ -101,9 +116,6 @@ class SampleRandomness:
         asked for a seed; the caller's generator states (`before`, snapshots of `watched`)
         restored either way."""
         seeded, probed = self.seeded, self.probed
-        if not seeded and not _context.asked and [snapshot() for snapshot in self.snapshots] == before:
-            self.clean_batches += 1  # the common case, kept short
-            return samples
         for generator, snapshot in zip(seeded, before):
             generator.restore(snapshot)
         probed_before = before[len(seeded):]
@@ -134,4 +146,5 @@ class SampleRandomness:
             )
         self.seeded = self.seeded + drawn
         self.probed = [generator for generator in self.probed if generator not in drawn]
-        self.snapshots = [generator.snapshot for generator in self.watched]
+        self.quiet = False
+        self.snapshot = _snapshot_of(self.watched)
