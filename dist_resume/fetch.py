@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import Dataset
 
-from .sample_rng import SampleRandomness, _context
+from .sample_rng import SampleRandomness, CONTEXT
 from .seeds import derive_seed, derive_seeds
 from .worker_roles import Tagged, is_stateful
 
@@ -56,17 +56,17 @@ class SeededDataset(Dataset):
         snapshot = randomness.snapshot
         before = snapshot() if snapshot is not None else None
         samples = self._samples(request, randomness)
-        if before is not None and randomness.quiet and not _context.asked and snapshot() == before:
+        if before is not None and randomness.quiet and not CONTEXT.asked and snapshot() == before:
             randomness.clean_batches += 1  # the common case, kept short
             return samples
-        if before is not None or _context.asked:
+        if before is not None or CONTEXT.asked:
             samples = randomness.settle(before or [], samples, lambda: self._samples(request, randomness),
                                         lambda: f"epoch {request.epoch}, position {request.positions[0]}")
         return samples
 
     def _samples(self, request: BatchRequest, randomness: SampleRandomness) -> list[Any]:
         dataset = self._dataset
-        context = _context
+        context = CONTEXT
         if not randomness.seeded and not randomness.own:
             context.fetching = True
             try:
@@ -84,6 +84,7 @@ class SeededDataset(Dataset):
                 if not len(request.positions):
                     return dataset.__getitems__(request.indices)
                 context.seed = derive_seed(self._seed, request.epoch, request.positions[0])
+                context.generator_seed = None
                 for seed in seeders:
                     seed(context.seed)
                 return dataset.__getitems__(request.indices)
@@ -91,7 +92,7 @@ class SeededDataset(Dataset):
             for sample_seed, index in zip(derive_seeds(self._seed, request.epoch, request.positions), request.indices):
                 for seed in seeders:
                     seed(sample_seed)
-                context.seed = sample_seed
+                context.seed, context.generator_seed = sample_seed, None
                 samples.append(dataset[index])
             return samples
         finally:

@@ -79,9 +79,13 @@ class ResumableDataLoader(DataLoader):
       `DeviceMesh`), else rank 0 of 1. `batch_size` is per rank.
     - `even_batches` (with `drop_last=False`): pad the final global batch from the start
       of the epoch so every rank gets the same number of batches (default), or not.
-    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample
-      (for an IterableDataset: at the start of each worker's stream, from `(seed, epoch,
-      rank, worker)`).
+    - `deterministic_transforms`: per-sample randomness (G4). True: each of the `torch`
+      (CPU), `random` and `numpy` global generators that the dataset draws from is seeded
+      before every sample from `(seed, epoch, position)` (found by watching each batch;
+      a batch that drew unseeded is fetched again, seeded). A set of those names: exactly
+      those, from the first sample. False: none. The caller's generator states are put
+      back after each batch. For an IterableDataset, any true value seeds all three at the
+      start of each worker's stream, from `(seed, epoch, rank, worker)`.
     - `snapshot_every` (IterableDataset with `state_dict`/`load_state_dict`): each worker
       saves its dataset's state after every `snapshot_every`-th batch it produces; a
       resume loads the last snapshot of a yielded batch and replays the fewer than

@@ -25,13 +25,13 @@ class _Context:
         self.generator_seed: int | None = None
 
 
-_context = _Context()
+CONTEXT = _Context()  # one per process: fetches in a process do not overlap
 
 
 def sample_seed() -> int:
     """The seed of the sample being fetched: from `(seed, epoch, position)` (G4), the same on
     every rank, worker and resume. Call it inside a dataset's `__getitem__`."""
-    context = _context
+    context = CONTEXT
     if context.seed is not None:
         return context.seed
     if context.fetching:
@@ -47,8 +47,8 @@ def sample_generator() -> torch.Generator:
     position)` (G4) and independent of the global generators. Valid inside `__getitem__`:
     within one sample, every call returns the same generator, continuing its draws."""
     seed = sample_seed()
-    context = _context
-    if context.generator_seed != seed or context.seed is None:
+    context = CONTEXT
+    if context.generator_seed is None or context.seed is None:
         context.generator.manual_seed(own_generator_seed(seed))
         context.generator_seed = seed
     return context.generator
@@ -120,11 +120,11 @@ class SampleRandomness:
             generator.restore(snapshot)
         probed_before = before[len(seeded):]
         drawn = [generator for generator, snapshot in zip(probed, probed_before) if generator.snapshot() != snapshot]
-        asked = _context.asked
+        asked = CONTEXT.asked
         if not drawn and not asked:
             self.clean_batches += 1
             return samples
-        _context.asked = False
+        CONTEXT.asked = False
         self.own = self.own or asked
         restore = dict(zip(seeded + probed, before))
         if drawn:
