@@ -116,7 +116,8 @@ class RandomGenerator(Generator):
     def __init__(self) -> None:
         self._instance = random._inst
         twister = _view(id(self._instance) + object.__basicsize__, _RANDOM_LAYOUT.size)
-        if self._layout_matches(twister):
+        self._raw = self._layout_matches(twister)
+        if self._raw:
             self.snapshot = lambda: (twister.raw, self._instance.gauss_next)
         else:
             self.snapshot = random.getstate
@@ -139,7 +140,7 @@ class RandomGenerator(Generator):
             random.setstate(saved)
 
     def restore(self, snapshot: Any) -> None:
-        if self.snapshot == random.getstate:
+        if not self._raw:
             random.setstate(snapshot)
             return
         raw, gauss_next = snapshot
@@ -158,6 +159,7 @@ class NumpyGenerator(Generator):
         self._state = numpy.random.mtrand._rand
         twister = _view(self._state._bit_generator.ctypes.state_address, _NUMPY_LAYOUT.size)
         gauss = self._find_gauss(twister)
+        self._raw = gauss is not None
         if gauss is not None:
             self.snapshot = lambda: (twister.raw, gauss.raw)
         else:
@@ -196,7 +198,7 @@ class NumpyGenerator(Generator):
             state.set_state(saved)
 
     def restore(self, snapshot: Any) -> None:
-        if self.snapshot == self._public_snapshot:
+        if not self._raw:
             key, pos, has_gauss, gauss = snapshot
         else:
             raw, cache = snapshot

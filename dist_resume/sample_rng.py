@@ -115,23 +115,25 @@ class SampleRandomness:
         """`samples`, or `refetch()` if they drew from a generator that was not seeded or
         asked for a seed; the caller's generator states (`before`, snapshots of `watched`)
         restored either way."""
-        seeded, probed = self.seeded, self.probed
-        for generator, snapshot in zip(seeded, before):
-            generator.restore(snapshot)
-        probed_before = before[len(seeded):]
-        drawn = [generator for generator, snapshot in zip(probed, probed_before) if generator.snapshot() != snapshot]
-        asked = CONTEXT.asked
-        if not drawn and not asked:
-            self.clean_batches += 1
-            return samples
-        CONTEXT.asked = False
-        self.own = self.own or asked
-        restore = dict(zip(seeded + probed, before))
-        if drawn:
-            self._seed_from_now_on(drawn, where())
-        samples = refetch()
+        callers = dict(zip(self.watched, before))
+        fetched_again = False
+        while True:
+            # A seeded fetch can take another path through the dataset than the unseeded
+            # one, and draw from another generator: checked again after every fetch.
+            drawn = [generator for generator in self.probed if generator.snapshot() != callers[generator]]
+            asked = CONTEXT.asked
+            if not drawn and not asked:
+                break
+            CONTEXT.asked = False
+            self.own = self.own or asked
+            if drawn:
+                self._seed_from_now_on(drawn, where())
+            samples = refetch()
+            fetched_again = True
         for generator in self.seeded:
-            generator.restore(restore[generator])
+            generator.restore(callers[generator])
+        if not fetched_again:
+            self.clean_batches += 1
         return samples
 
     def _seed_from_now_on(self, drawn: list[Generator], where: str) -> None:
@@ -139,9 +141,10 @@ class SampleRandomness:
         if self.clean_batches:
             warnings.warn(
                 f"ResumableDataLoader: the dataset drew from {names} at {where}, after {self.clean_batches} "
-                f"batches that did not; that batch was fetched again with per-sample seeds, and {names} is "
-                f"seeded before every sample from now on (G4). deterministic_transforms="
-                f"{set(generator.name for generator in self.seeded + drawn)} seeds it from the first sample",
+                f"batches that did not; that batch was fetched again with per-sample seeds, and {names} "
+                f"{'is' if len(drawn) == 1 else 'are'} seeded before every sample from now on (G4). "
+                f"deterministic_transforms={sorted(generator.name for generator in self.seeded + drawn)} "
+                "seeds from the first sample",
                 stacklevel=2,
             )
         self.seeded = self.seeded + drawn

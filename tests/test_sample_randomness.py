@@ -144,3 +144,27 @@ def test_deterministic_transforms_names_the_generators_seeded():
         ResumableDataLoader(Augmented(4), deterministic_transforms={"torch", "jax"})
     with pytest.raises(ValueError, match=re.escape("deterministic_transforms must be True, False or a set of")):
         ResumableDataLoader(Augmented(4), deterministic_transforms="torch")
+
+
+class DrawsDependOnDraws(Dataset):
+    """Draws from numpy only when its draw from `random` says so: a seeded fetch may take
+    another path than the unseeded one."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int):
+        if index < 8:
+            return index, 0.0
+        return index, float(np.random.rand()) if random.random() < 0.5 else -1.0
+
+
+def test_a_generator_first_drawn_by_the_seeded_fetch_again_is_noticed():
+    reference = _values(ResumableDataLoader(DrawsDependOnDraws(), batch_size=1, seed=1,
+                                            deterministic_transforms={"random", "numpy"}))
+    assert reference[8] != (-1.0,)  # seeded, the first sample that draws takes the numpy path
+    for caller_seed in range(6):  # unseeded, it skips it for about half the caller's seeds
+        random.seed(caller_seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _values(ResumableDataLoader(DrawsDependOnDraws(), batch_size=1, seed=1)) == reference
