@@ -357,7 +357,7 @@ class ResumableDataLoader(DataLoader):
             for index, batch in enumerate(sampler):
                 indices = list(batch)
                 if index >= first_batch:
-                    yield BatchRequest(epoch, list(range(position, position + len(indices))), indices)
+                    yield BatchRequest(epoch, range(position, position + len(indices)), indices)
                 position += len(indices)
             return
         pending: list[int] = []
@@ -365,11 +365,11 @@ class ResumableDataLoader(DataLoader):
             if position >= first_sample:
                 pending.append(index)
                 if len(pending) == self._rank_batch_size:
-                    yield BatchRequest(epoch, list(range(position - len(pending) + 1, position + 1)), pending)
+                    yield BatchRequest(epoch, range(position - len(pending) + 1, position + 1), pending)
                     pending = []
             position += 1
         if pending and not self.drop_last:
-            yield BatchRequest(epoch, list(range(position - len(pending), position)), pending)
+            yield BatchRequest(epoch, range(position - len(pending), position), pending)
 
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
