@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import Dataset
 
+from .generators import NAMES, generators
 from .sample_rng import SampleRandomness, CONTEXT
 from .seeds import derive_seed, derive_seeds
 from .worker_roles import Tagged, is_stateful
@@ -39,6 +40,8 @@ class SeededDataset(Dataset):
         object.__setattr__(self, "_batched", callable(getattr(dataset, "__getitems__", None)))
         object.__setattr__(self, "_stateful", is_stateful(dataset))
         object.__setattr__(self, "_randomness", None)  # per process, made at its first fetch
+        if choice:
+            generators(NAMES)  # found once here, so that forked workers need not look again
 
     def __getitems__(self, request: BatchRequest) -> list[Any]:
         if not self._stateful:
