@@ -1,4 +1,5 @@
-"""B6: cost of deterministic per-sample seeding (G4): the same ResumableDataLoader with it on and off."""
+"""B6: cost of exact per-sample randomness (G4): the same ResumableDataLoader with
+deterministic_transforms on (the default) and off."""
 
 from __future__ import annotations
 
@@ -6,21 +7,18 @@ from dist_resume import ResumableDataLoader
 
 from .report import FigureResult
 from .timing import interleaved
-from .workloads import AugmentedDataset, TinyDataset, epoch_rate
+from .workloads import WORKLOAD_NOTES, epoch_rate, workloads
 
 ON, OFF = "deterministic_transforms=True", "deterministic_transforms=False"
+# Targets of issue 12: a few percent where the dataset draws, nothing measurable where it does not.
+_COST = {"tiny": 0.01, "token-slice": 0.01, "augmented": 0.03}
 
 
 def run(quick: bool) -> list[FigureResult]:
-    result = FigureResult("B6", "per-sample seeding on vs off, batches/s (higher is better)", "batches/s",
+    result = FigureResult("B6", "per-sample randomness on vs off, batches/s (higher is better)", "batches/s",
                           log_scale=True)
-    scale = 1 if quick else 4
-    workloads = {
-        "tiny": (TinyDataset(16_384 * scale), 64),
-        "augmented": (AugmentedDataset(4_096 * scale), 32),
-    }
     reps = 3 if quick else 7
-    for workload, (dataset, batch_size) in workloads.items():
+    for workload, (dataset, batch_size) in workloads(1 if quick else 4).items():
         for workers in (0, 2):
             case = f"{workload}, {workers} workers"
             loaders = {
@@ -33,8 +31,10 @@ def run(quick: bool) -> list[FigureResult]:
             for label, value in stats.items():
                 result.add(case, label, value)
             cost = stats[OFF].median / stats[ON].median - 1
-            result.check(f"{case}: extra time per epoch", cost, "<= 0.05", cost <= 0.05)
-    result.notes.append("Seeding sets torch's CPU generator, `random` and numpy's global generator before "
-                        "every sample, from (seed, epoch, position); its cost per sample is fixed, so it "
-                        "weighs most on tiny samples.")
+            result.check(f"{case}: extra time per epoch", cost, f"<= {_COST[workload]}", cost <= _COST[workload])
+    result.notes += WORKLOAD_NOTES
+    result.notes.append(
+        "On: each batch is fetched between snapshots of the torch, random and numpy generators; a "
+        "generator the dataset drew from is seeded before every sample from (seed, epoch, position) "
+        "from then on (augmented: torch), and the batch that drew is fetched again seeded.")
     return [result]

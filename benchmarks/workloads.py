@@ -25,6 +25,24 @@ class TinyDataset(Dataset):
         return index
 
 
+class TokenSliceDataset(Dataset):
+    """Pre-tokenized text, as LLM pretraining reads it: sample i is the i-th slice of
+    `sequence` tokens of one large int32 tensor. No randomness."""
+
+    def __init__(self, length: int, sequence: int = 2048) -> None:
+        self.length = length
+        self.sequence = sequence
+        generator = torch.Generator().manual_seed(0)
+        self.tokens = torch.randint(0, 50_000, (length * sequence,), dtype=torch.int32, generator=generator)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start = index * self.sequence
+        return self.tokens[start : start + self.sequence]
+
+
 class AugmentedDataset(Dataset):
     """A typical image pipeline on synthetic 3x144x144 uint8 images: random crop to 128,
     random horizontal flip, float conversion and per-channel normalization, drawn from
@@ -60,6 +78,24 @@ LOADERS: dict[str, LoaderFactory] = {
     OURS: lambda dataset, **kwargs: ResumableDataLoader(dataset, seed=0, **kwargs),
     TORCHDATA: StatefulDataLoader,
 }
+
+
+def workloads(scale: int) -> dict[str, tuple[Dataset, int]]:
+    """The datasets B1 and B6 time, with their batch sizes, `scale` times the quick size."""
+    return {
+        "tiny": (TinyDataset(32_768 * scale), 64),
+        "token-slice": (TokenSliceDataset(2_048 * scale), 16),
+        "augmented": (AugmentedDataset(2_048 * scale), 32),
+    }
+
+
+WORKLOAD_NOTES = [
+    "tiny: sample i is the int i (batch 64): pure loader overhead.",
+    "token-slice: sample i is a 2,048-token slice of one large int32 tensor (batch 16): what LLM "
+    "pretraining reads; no randomness.",
+    "augmented: random crop 144->128, flip, normalize of a 3x144x144 uint8 image (batch 32), drawn "
+    "from torch's global generator.",
+]
 
 
 def epoch_rate(loader: DataLoader) -> float:

@@ -18,6 +18,7 @@ from .errors import (
 )
 from .loader import ResumableDataLoader
 from .remap import PlannedBatch, ResumePlan, plan_resume
+from .sample_rng import sample_generator, sample_seed
 from .streams import ShardedStream
 from .state import ResumeStateError
 from .train_state import TrainState
@@ -41,5 +42,7 @@ __all__ = [
     "load_checkpoint",
     "plan_resume",
     "read_loader_states",
+    "sample_generator",
+    "sample_seed",
     "save_checkpoint",
 ]

@@ -3,11 +3,14 @@ fetched under its own seed (G4)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from torch.utils.data import Dataset
 
-from .seeds import SampleSeeder, derive_seed, derive_seeds
+from .generators import NAMES, generators
+from .sample_rng import SampleRandomness, CONTEXT
+from .seeds import derive_seed, derive_seeds
 from .worker_roles import Tagged, is_stateful
 
 
@@ -17,7 +20,7 @@ class BatchRequest(NamedTuple):
     that fetches them and the dataset state to load first (`restore`)."""
 
     epoch: int
-    positions: list[int]
+    positions: Sequence[int]
     indices: list[int]
     role: int = 0
     restore: Any = None
@@ -30,13 +33,15 @@ class SeededDataset(Dataset):
     it through `get_worker_info().dataset` keeps working.
     """
 
-    def __init__(self, dataset: Dataset, seed: int, deterministic: bool) -> None:
+    def __init__(self, dataset: Dataset, seed: int, choice: bool | frozenset[str]) -> None:
         object.__setattr__(self, "_dataset", dataset)
         object.__setattr__(self, "_seed", seed)
-        object.__setattr__(self, "_deterministic", deterministic)
-        object.__setattr__(self, "_seeder", SampleSeeder())
+        object.__setattr__(self, "_choice", choice)
         object.__setattr__(self, "_batched", callable(getattr(dataset, "__getitems__", None)))
         object.__setattr__(self, "_stateful", is_stateful(dataset))
+        object.__setattr__(self, "_randomness", None)  # per process, made at its first fetch
+        if choice:
+            generators(NAMES)  # found once here, so that forked workers need not look again
 
     def __getitems__(self, request: BatchRequest) -> list[Any]:
         if not self._stateful:
@@ -47,19 +52,54 @@ class SeededDataset(Dataset):
         return [Tagged(samples, request.role, len(samples), self._dataset.state_dict())]
 
     def _fetch(self, request: BatchRequest) -> list[Any]:
-        if self._batched:
-            # One call fetches the whole batch, so its randomness is seeded per batch:
-            # reproducible for the same batch, not per sample.
-            if self._deterministic and request.positions:
-                self._seeder.seed(derive_seed(self._seed, request.epoch, request.positions[0]))
-            return self._dataset.__getitems__(request.indices)
-        if not self._deterministic:
-            return [self._dataset[index] for index in request.indices]
-        samples = []
-        for sample_seed, index in zip(derive_seeds(self._seed, request.epoch, request.positions), request.indices):
-            self._seeder.seed(sample_seed)
-            samples.append(self._dataset[index])
+        randomness = self._randomness
+        if randomness is None:
+            randomness = SampleRandomness(self._choice, refetch=not self._stateful)
+            object.__setattr__(self, "_randomness", randomness)
+        snapshot = randomness.snapshot
+        before = snapshot() if snapshot is not None else None
+        samples = self._samples(request, randomness)
+        if before is not None and randomness.quiet and not CONTEXT.asked and snapshot() == before:
+            randomness.clean_batches += 1  # the common case, kept short
+            return samples
+        if before is not None or CONTEXT.asked:
+            samples = randomness.settle(before or [], samples, lambda: self._samples(request, randomness),
+                                        lambda: f"epoch {request.epoch}, position {request.positions[0]}")
         return samples
+
+    def _samples(self, request: BatchRequest, randomness: SampleRandomness) -> list[Any]:
+        dataset = self._dataset
+        context = CONTEXT
+        if not randomness.seeded and not randomness.own:
+            context.fetching = True
+            try:
+                if self._batched:
+                    return dataset.__getitems__(request.indices)
+                return [dataset[index] for index in request.indices]
+            finally:
+                context.fetching = False
+        seeders = [generator.seed for generator in randomness.seeded]
+        outer = context.seed
+        try:
+            if self._batched:
+                # One call fetches the whole batch, so its randomness is seeded per batch:
+                # reproducible for the same batch, not per sample.
+                if not len(request.positions):
+                    return dataset.__getitems__(request.indices)
+                context.seed = derive_seed(self._seed, request.epoch, request.positions[0])
+                context.generator_seed = None
+                for seed in seeders:
+                    seed(context.seed)
+                return dataset.__getitems__(request.indices)
+            samples = []
+            for sample_seed, index in zip(derive_seeds(self._seed, request.epoch, request.positions), request.indices):
+                for seed in seeders:
+                    seed(sample_seed)
+                context.seed, context.generator_seed = sample_seed, None
+                samples.append(dataset[index])
+            return samples
+        finally:
+            context.seed = outer
 
     def __getitem__(self, index: int) -> Any:
         return self._dataset[index]
@@ -74,13 +114,13 @@ class SeededDataset(Dataset):
         setattr(self._dataset, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        names = ("_dataset", "_seed", "_deterministic", "_batched", "_stateful")
+        names = ("_dataset", "_seed", "_choice", "_batched", "_stateful")
         return {name: object.__getattribute__(self, name) for name in names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "_seeder", SampleSeeder())
+        object.__setattr__(self, "_randomness", None)
 
 
 class SingleSample:

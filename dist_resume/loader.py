@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from .fetch import BatchRequest, SeededDataset, SingleSample
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
+from .sample_rng import parse_choice
 from .state import (
     FORMAT_VERSION,
     Identity,
@@ -78,9 +79,13 @@ class ResumableDataLoader(DataLoader):
       `DeviceMesh`), else rank 0 of 1. `batch_size` is per rank.
     - `even_batches` (with `drop_last=False`): pad the final global batch from the start
       of the epoch so every rank gets the same number of batches (default), or not.
-    - `deterministic_transforms`: seed `torch`, `random` and `numpy` before each sample
-      (for an IterableDataset: at the start of each worker's stream, from `(seed, epoch,
-      rank, worker)`).
+    - `deterministic_transforms`: per-sample randomness (G4). True: each of the `torch`
+      (CPU), `random` and `numpy` global generators that the dataset draws from is seeded
+      before every sample from `(seed, epoch, position)` (found by watching each batch;
+      a batch that drew unseeded is fetched again, seeded). A set of those names: exactly
+      those, from the first sample. False: none. The caller's generator states are put
+      back after each batch. For an IterableDataset, any true value seeds all three at the
+      start of each worker's stream, from `(seed, epoch, rank, worker)`.
     - `snapshot_every` (IterableDataset with `state_dict`/`load_state_dict`): each worker
       saves its dataset's state after every `snapshot_every`-th batch it produces; a
       resume loads the last snapshot of a yielded batch and replays the fewer than
@@ -121,7 +126,7 @@ class ResumableDataLoader(DataLoader):
         world_size: int | None = None,
         process_group=None,
         even_batches: bool = True,
-        deterministic_transforms: bool = True,
+        deterministic_transforms: bool | Iterable[str] = True,
         snapshot_every: int = 16,
     ) -> None:
         if not in_order:
@@ -156,7 +161,7 @@ class ResumableDataLoader(DataLoader):
         self._stream = StreamCursor(dataset, num_workers, snapshot_every) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
-        self.deterministic_transforms = deterministic_transforms
+        self.deterministic_transforms = parse_choice(deterministic_transforms)
         self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
         self._user_sampler = batch_sampler if batch_sampler is not None else sampler
         if self._stream is not None:
@@ -325,10 +330,14 @@ class ResumableDataLoader(DataLoader):
         for first in range(first_batch, total, per_chunk):
             positions, sizes = rank_positions(plan, layout, self.rank, first, min(total, first + per_chunk))
             indices = order.indices(positions)
-            positions_list = positions.tolist()
+            starts, consecutive = _consecutive_batches(positions, sizes)
+            # A batch of consecutive positions (all but padded or remapped ones) is sent as a
+            # range: no list built, a few bytes pickled to a worker.
+            listed = None if all(consecutive) else positions.tolist()
             offset = 0
-            for size in sizes:
-                yield BatchRequest(epoch, positions_list[offset : offset + size], indices[offset : offset + size])
+            for size, start, in_order in zip(sizes, starts, consecutive):
+                batch_positions = range(start, start + size) if in_order else listed[offset : offset + size]
+                yield BatchRequest(epoch, batch_positions, indices[offset : offset + size])
                 offset += size
 
     def _user_sampler_requests(self, epoch: int, first_batch: int, first_sample: int) -> Iterator[BatchRequest]:
@@ -348,7 +357,7 @@ class ResumableDataLoader(DataLoader):
             for index, batch in enumerate(sampler):
                 indices = list(batch)
                 if index >= first_batch:
-                    yield BatchRequest(epoch, list(range(position, position + len(indices))), indices)
+                    yield BatchRequest(epoch, range(position, position + len(indices)), indices)
                 position += len(indices)
             return
         pending: list[int] = []
@@ -356,11 +365,11 @@ class ResumableDataLoader(DataLoader):
             if position >= first_sample:
                 pending.append(index)
                 if len(pending) == self._rank_batch_size:
-                    yield BatchRequest(epoch, list(range(position - len(pending) + 1, position + 1)), pending)
+                    yield BatchRequest(epoch, range(position - len(pending) + 1, position + 1), pending)
                     pending = []
             position += 1
         if pending and not self.drop_last:
-            yield BatchRequest(epoch, list(range(position - len(pending), position)), pending)
+            yield BatchRequest(epoch, range(position - len(pending), position), pending)
 
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
@@ -475,6 +484,19 @@ def _recording_sizes(
             role = states.role(first_batch + sent)
             request = request._replace(role=role, restore=states.restore(role) if sent < states.roles else None)
         yield request
+
+
+def _consecutive_batches(positions: torch.Tensor, sizes: list[int]) -> tuple[list[int], list[bool]]:
+    """For batches of `sizes` laid end to end in `positions`: each one's first position, and
+    whether its positions are consecutive."""
+    if not sizes:
+        return [], []
+    counts = torch.tensor(sizes)
+    offsets = counts.cumsum(0) - counts
+    breaks = torch.zeros(positions.numel(), dtype=torch.int64)
+    breaks[1:] = (positions[1:] - positions[:-1] != 1).cumsum(0)
+    consecutive = breaks[offsets + counts - 1] == breaks[offsets]
+    return positions[offsets].tolist(), consecutive.tolist()
 
 
 def _data_parallel_shard(rank: int | None, world_size: int | None, process_group) -> tuple[int, int]:

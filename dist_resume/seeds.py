@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import random
+from collections.abc import Sequence
+from typing import TypeVar
 
-import torch
+import numpy
+
+from .generators import NAMES, generators
 
 _MASK64 = (1 << 64) - 1
+_Int = TypeVar("_Int", int, numpy.ndarray)
 _SEED_BITS = (1 << 63) - 1
+_VECTORIZED = 16  # positions from which numpy beats a Python loop
 
 
-def _splitmix64(value: int) -> int:
+def _splitmix64(value: _Int) -> _Int:
+    # Operators only: serves Python ints and uint64 arrays alike.
     value = (value + 0x9E3779B97F4A7C15) & _MASK64
     value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
@@ -29,37 +35,33 @@ def derive_seed(*parts: int) -> int:
     return state & _SEED_BITS
 
 
-def derive_seeds(seed: int, epoch: int, positions: list[int]) -> list[int]:
+def derive_seeds(seed: int, epoch: int, positions: Sequence[int]) -> list[int]:
     """`derive_seed(seed, epoch, p)` for each `p` of `positions`, absorbing the shared
     `(seed, epoch)` prefix once instead of once per sample."""
     prefix = _absorb(_absorb(0, seed), epoch)
-    return [_absorb(prefix, position) & _SEED_BITS for position in positions]
+    if len(positions) < _VECTORIZED:
+        return [_absorb(prefix, position) & _SEED_BITS for position in positions]
+    # The same operators on uint64 arrays, which wrap modulo 2**64 as the masks do.
+    if isinstance(positions, range):
+        values = numpy.arange(positions.start, positions.stop, positions.step, dtype=numpy.uint64)
+    else:
+        values = numpy.array(positions, dtype=numpy.uint64)
+    return (_splitmix64(values ^ numpy.uint64(prefix)) & numpy.uint64(_SEED_BITS)).tolist()
 
 
-def _numpy_random():
-    # Imported on first use in each process: a dataset may import numpy lazily
-    # inside __getitem__, after the seeding, so "not yet imported" is not enough.
-    try:
-        import numpy.random
-    except ImportError:
-        return None
-    return numpy.random
+# Salt of the seed handed to a sample's own generator, so that its draws differ from
+# those of the global generators seeded for the same sample.
+_OWN_GENERATOR = 0x6F776E
+
+
+def own_generator_seed(sample_seed: int) -> int:
+    """The seed of the generator `dist_resume.sample_generator()` hands to a sample."""
+    return _absorb(sample_seed, _OWN_GENERATOR) & _SEED_BITS
 
 
 class SampleSeeder:
     """Seeds the `torch` (CPU), `random` and `numpy` global generators before a sample is read."""
 
-    def __init__(self) -> None:
-        self._numpy_random = None
-        self._numpy_checked = False
-
     def seed(self, seed: int) -> None:
-        # torch.manual_seed would also seed every accelerator generator (100x slower);
-        # samples are produced by CPU code in loader workers.
-        torch.default_generator.manual_seed(seed)
-        random.seed(seed)
-        if not self._numpy_checked:
-            self._numpy_random = _numpy_random()
-            self._numpy_checked = True
-        if self._numpy_random is not None:
-            self._numpy_random.seed(seed & 0xFFFFFFFF)
+        for generator in generators(NAMES):
+            generator.seed(seed)

@@ -95,3 +95,33 @@ class Indices(Dataset):
 
     def __getitem__(self, index: int) -> int:
         return index
+
+
+class DrawsLate(Dataset):
+    """Draws nothing for indices below `start`, then one value from `random` (G4 must hold
+    though the loader only learns it midway)."""
+
+    def __init__(self, length: int, start: int) -> None:
+        self.length = length
+        self.start = start
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        return index, (random.random() if index >= self.start else -1.0)
+
+
+class OwnGenerator(Dataset):
+    """Augments with the sample's own generator (`dist_resume.sample_generator()`)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        from dist_resume import sample_generator
+
+        return index, torch.rand((), generator=sample_generator()).item(), torch.rand((), generator=sample_generator()).item()

@@ -1,0 +1,220 @@
+"""The process-global generators a sample may draw from (torch's CPU generator, `random`,
+numpy's legacy global generator): seeding, and snapshots cheap enough to take around every
+batch, which tell whether a fetch drew from a generator and give the caller its state back.
+
+A snapshot copies the generator's state straight from its memory (about 0.1 us) when the
+memory layout was found and checked when the process first used the generator (draws
+change the copy, the copy restores the state exactly); otherwise it goes through the
+generator's public state API (1-40 us)."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy.random
+import torch
+
+NAMES = ("torch", "random", "numpy")
+
+_MT_WORDS = 624
+# torch's at::mt19937 data (`uint64 seed; int left; bool seeded; uint32 next; uint32 state[624]`),
+# then the cached normal samples (`optional<float>`, `optional<double>`) of CPUGeneratorImpl.
+_TORCH_ENGINE = struct.Struct(f"=Qi?3xI{_MT_WORDS}I4x8x16x")
+_TORCH_LEGACY = struct.Struct(f"=QiiQ{_MT_WORDS}Q")  # the head of get_state()'s bytes
+_TORCH_SCAN = 512  # bytes of the generator object searched for the engine
+# CPython's RandomObject: PyObject_HEAD, then `int index; uint32_t state[624]`.
+_RANDOM_LAYOUT = struct.Struct(f"=i{_MT_WORDS}I")
+# numpy's mt19937_state: `uint32_t key[624]; int pos`.
+_NUMPY_LAYOUT = struct.Struct(f"={_MT_WORDS}Ii")
+_NUMPY_GAUSS = struct.Struct("=i4xd")  # RandomState's aug_bitgen_t: `int has_gauss; double gauss`
+
+
+def _view(address: int, size: int) -> ctypes.Array:
+    return (ctypes.c_char * size).from_address(address)
+
+
+class Generator:
+    """One global generator: `seed(s)` before a sample, `snapshot()` / `restore()` around a batch.
+
+    Two snapshots compare equal exactly when the generator's state is the same.
+    """
+
+    name: str
+    seed: Callable[[int], None]
+    snapshot: Callable[[], Any]
+
+    def restore(self, snapshot: Any) -> None:
+        raise NotImplementedError
+
+
+class TorchGenerator(Generator):
+    name = "torch"
+
+    def __init__(self) -> None:
+        self._generator = torch.default_generator
+        # torch.manual_seed would also seed every accelerator generator (100x slower);
+        # samples are produced by CPU code.
+        self.seed = self._generator.manual_seed
+        self._engine = self._find_engine()
+        if self._engine is not None:
+            self.snapshot = lambda engine=self._engine: engine.raw
+        else:
+            self.snapshot = lambda: self._generator.get_state().numpy().tobytes()
+
+    def restore(self, snapshot: bytes) -> None:
+        if self._engine is not None:
+            ctypes.memmove(self._engine, snapshot, len(snapshot))
+        else:
+            self._generator.set_state(torch.frombuffer(bytearray(snapshot), dtype=torch.uint8))
+
+    def _find_engine(self) -> ctypes.Array | None:
+        generator = self._generator
+        saved = generator.get_state()
+        try:
+            generator.manual_seed(0x5EED5EED)
+            torch.rand(7)
+            seed, left, _, next_, *words = _TORCH_LEGACY.unpack_from(generator.get_state().numpy().tobytes())
+            impl = ctypes.c_void_p.from_address(id(generator) + object.__basicsize__).value
+            if not impl:
+                return None
+            for offset in range(0, _TORCH_SCAN, 8):
+                if ctypes.c_uint64.from_address(impl + offset).value != seed:
+                    continue
+                engine = _view(impl + offset, _TORCH_ENGINE.size)
+                found = _TORCH_ENGINE.unpack(engine.raw)
+                if found[:2] == (seed, left) and found[3:] == (next_, *(word & 0xFFFFFFFF for word in words)):
+                    return engine if self._restores(engine) else None
+            return None
+        finally:
+            generator.set_state(saved)
+
+    def _restores(self, engine: ctypes.Array) -> bool:
+        """Every kind of draw changes the copy, and writing the copy back restores the state."""
+        draws = (lambda: torch.rand(3), lambda: torch.randn(1), lambda: torch.randn(1, dtype=torch.float64),
+                 lambda: torch.randn(20), lambda: torch.randint(0, 10, (2,)))
+        for draw in draws * 2:
+            copy, state = engine.raw, self._generator.get_state()
+            draw()
+            if engine.raw == copy:
+                return False
+            ctypes.memmove(engine, copy, len(copy))
+            if not torch.equal(self._generator.get_state(), state):
+                return False
+            draw()
+        return True
+
+
+class RandomGenerator(Generator):
+    """`random`'s hidden instance (its Twister in the C object, `gauss_next` in Python)."""
+
+    name = "random"
+
+    def __init__(self) -> None:
+        self._instance = random._inst
+        twister = _view(id(self._instance) + object.__basicsize__, _RANDOM_LAYOUT.size)
+        self._raw = self._layout_matches(twister)
+        if self._raw:
+            self.snapshot = lambda: (twister.raw, self._instance.gauss_next)
+        else:
+            self.snapshot = random.getstate
+
+    def seed(self, seed: int) -> None:
+        random.seed(seed)
+
+    @staticmethod
+    def _layout_matches(twister: ctypes.Array) -> bool:
+        saved = random.getstate()
+        try:
+            random.seed(0x5EED)
+            for _ in range(3):
+                index, *words = _RANDOM_LAYOUT.unpack(twister.raw)
+                if (*words, index) != random.getstate()[1]:
+                    return False
+                random.getrandbits(32 * 700)
+            return True
+        finally:
+            random.setstate(saved)
+
+    def restore(self, snapshot: Any) -> None:
+        if not self._raw:
+            random.setstate(snapshot)
+            return
+        raw, gauss_next = snapshot
+        index, *words = _RANDOM_LAYOUT.unpack(raw)
+        random.setstate((3, (*words, index), gauss_next))
+
+
+class NumpyGenerator(Generator):
+    """numpy's legacy global `RandomState`: its Twister through the bit generator's ctypes
+    interface, and its cached Gaussian (which a draw can consume without touching the
+    Twister) from the object, at an offset found and checked at start-up."""
+
+    name = "numpy"
+
+    def __init__(self) -> None:
+        self._state = numpy.random.mtrand._rand
+        twister = _view(self._state._bit_generator.ctypes.state_address, _NUMPY_LAYOUT.size)
+        gauss = self._find_gauss(twister)
+        self._raw = gauss is not None
+        if gauss is not None:
+            self.snapshot = lambda: (twister.raw, gauss.raw)
+        else:
+            self.snapshot = self._public_snapshot
+
+    def seed(self, seed: int) -> None:
+        self._state.seed(seed & 0xFFFFFFFF)  # the legacy generator takes 32-bit seeds
+
+    def _public_snapshot(self) -> tuple:
+        _, key, pos, has_gauss, gauss = self._state.get_state()
+        return key.tobytes(), pos, has_gauss, gauss
+
+    def _find_gauss(self, twister: ctypes.Array) -> ctypes.Array | None:
+        state = self._state
+        saved = state.get_state()
+        try:
+            state.seed(0x5EED)
+            state.random_sample()
+            *words, pos = _NUMPY_LAYOUT.unpack(twister.raw)
+            _, key, expected_pos, _, _ = state.get_state()
+            if words != key.tolist() or pos != expected_pos:
+                return None
+            state.standard_normal()
+            cached = state.get_state()[4]
+            size = type(state).__basicsize__
+            raw = ctypes.string_at(id(state), size)
+            found = [offset - 8 for offset in range(8, size - 7, 8) if raw[offset : offset + 8] == struct.pack("=d", cached)]
+            if len(found) != 1:
+                return None
+            gauss = _view(id(state) + found[0], _NUMPY_GAUSS.size)
+            if _NUMPY_GAUSS.unpack(gauss.raw) != (1, cached):
+                return None
+            state.standard_normal()
+            return gauss if _NUMPY_GAUSS.unpack(gauss.raw)[0] == 0 else None
+        finally:
+            state.set_state(saved)
+
+    def restore(self, snapshot: Any) -> None:
+        if not self._raw:
+            key, pos, has_gauss, gauss = snapshot
+        else:
+            raw, cache = snapshot
+            *words, pos = _NUMPY_LAYOUT.unpack(raw)
+            key = struct.pack(f"={_MT_WORDS}I", *words)
+            has_gauss, gauss = _NUMPY_GAUSS.unpack(cache)
+        self._state.set_state(("MT19937", numpy.frombuffer(key, dtype=numpy.uint32), pos, has_gauss, gauss))
+
+
+_GENERATORS: dict[str, Generator] = {}
+_KINDS: dict[str, type[Generator]] = {"torch": TorchGenerator, "random": RandomGenerator, "numpy": NumpyGenerator}
+
+
+def generators(names: tuple[str, ...]) -> list[Generator]:
+    """The generators named, made (and their layouts checked) once per process."""
+    for name in names:
+        if name not in _GENERATORS:
+            _GENERATORS[name] = _KINDS[name]()
+    return [_GENERATORS[name] for name in names]
