@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..seeds import SampleSeeder, derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
-from ..worker_roles import Tagged, is_stateful, play_role
+from ..worker_roles import Tagged, is_stateful, play_role, state_now
 from .sharded import SHARD_END, ShardedStream
 
 STREAM_KEY = "stream"
@@ -55,7 +55,7 @@ class _SnapshotReader:
         """The dataset's state after this batch, every `every` batches; else None."""
         self._batches += 1
         if self._every and self._batches % self._every == 0:
-            return self._dataset.state_dict()
+            return state_now(self._dataset)
         return None
 
 
@@ -164,9 +164,9 @@ class _SnapshotRecords:
         self._records: list[tuple[Any, int]] = []
 
     def start_epoch(self) -> None:
-        # Every worker copy starts from the main process's dataset as it is now.
-        snapshot = self._dataset.state_dict() if is_stateful(self._dataset) else None
-        self._records = [(snapshot, 0)] * self._roles
+        # A new epoch iterates the dataset afresh, as torch's DataLoader does: no state is
+        # loaded into it (its own __iter__ decides where a new pass starts).
+        self._records = [(None, 0)] * self._roles
 
     def resume(self, epoch: int, rank: int, world_size: int) -> _SnapshotResume:
         return _SnapshotResume(list(self._records), self._every)
