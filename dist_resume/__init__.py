@@ -20,6 +20,7 @@ from .loader import ResumableDataLoader
 from .remap import PlannedBatch, ResumePlan, plan_resume
 from .streams import ShardedStream
 from .state import ResumeStateError
+from .state_json import state_from_json, state_to_json
 from .train_state import TrainState
 
 __all__ = [
@@ -42,4 +43,6 @@ __all__ = [
     "plan_resume",
     "read_loader_states",
     "save_checkpoint",
+    "state_from_json",
+    "state_to_json",
 ]

@@ -4,11 +4,13 @@ states, set_epoch forwarding, default seeds, worker info, typing (G1, G6)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler, SequentialSampler, get_worker_info
 
-from dist_resume import ResumableDataLoader, ResumeStateError
+from dist_resume import ResumableDataLoader, ResumeStateError, state_from_json, state_to_json
 
 from .datasets import Squares, flatten
 
@@ -213,3 +215,40 @@ class WorkerSees(Dataset):
 
 def test_get_worker_info_dataset_is_the_users_dataset():
     assert values(ResumableDataLoader(WorkerSees(), batch_size=2, num_workers=2)) == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_states_round_trip_through_json(num_workers):
+    def make():
+        return ResumableDataLoader(Cursor(30), batch_size=4, num_workers=num_workers, snapshot_every=1)
+
+    loader = make()
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()
+    text = json.dumps(json.loads(state_to_json(state)))
+    rest = values(iterator)
+    restored = state_from_json(text)
+    assert _same_state(restored, state)
+    resumed = make()
+    resumed.load_state_dict(restored)
+    assert values(resumed) == rest
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_json_keeps_dtypes_shapes_tuples_and_other_keys():
+    state = {"a": torch.zeros((2, 0, 3), dtype=torch.int64), "b": torch.tensor([1, 255], dtype=torch.uint8),
+             "c": {1: (2.5, None, "x")}, "__tensor__": [True]}
+    assert _same_state(state_from_json(state_to_json(state)), state)
+    with pytest.raises(TypeError, match=r"^loader state value at state\['s'\] is a set, which has no JSON form$"):
+        state_to_json({"s": {1}})

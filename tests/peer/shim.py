@@ -1,17 +1,28 @@
 """`ResumableDataLoader` under the names the peer suites construct: torch's `DataLoader` and
-torchdata's `StatefulDataLoader` (whose `snapshot_every_n_steps` maps to `snapshot_every`)."""
+torchdata's `StatefulDataLoader` (whose `snapshot_every_n_steps` maps to `snapshot_every`).
+
+torchdata's states are plain JSON-able values (its suite calls `json.dumps(state_dict())`);
+ours hold int64 tensors for DCP, so the shim hands out the documented JSON form
+(`state_to_json`) and takes back either form."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from dist_resume import ResumableDataLoader
+from dist_resume import ResumableDataLoader, state_from_json, state_to_json
 
 
 class PeerDataLoader(ResumableDataLoader):
     def __init__(self, dataset: Any, *args: Any, snapshot_every_n_steps: int = 1, **kwargs: Any) -> None:
         kwargs.setdefault("snapshot_every", snapshot_every_n_steps)
         super().__init__(dataset, *args, **kwargs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return json.loads(state_to_json(super().state_dict()))
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_from_json(json.dumps(state_dict)))
 
 
 def install() -> None:
