@@ -18,6 +18,7 @@ from .fetch import BatchRequest, SeededDataset, SingleSample
 from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
+from .sampler_rng import SAMPLER_RNG_KEY, SamplerRandomness
 from .state import (
     FORMAT_VERSION,
     Identity,
@@ -195,6 +196,7 @@ class ResumableDataLoader(DataLoader[_T_co]):
         # saves the same replicated value (DCP keeps one copy of it), whatever its epoch.
         self._plan_values: list[int] = []
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
+        self._sampler_rng = SamplerRandomness(self._user_sampler)  # a random one's generator state
         self._generation = 0
         self._sizes: collections.deque[int] = collections.deque()
         self._inner: DataLoader | None = None
@@ -281,6 +283,7 @@ class ResumableDataLoader(DataLoader[_T_co]):
         self._dataset_length = self._current_length()
         self._progress = _Progress(epoch, self._plan_for(epoch))
         self._sampler_snapshot = None
+        self._sampler_rng.reset()
         if self._stream is not None:
             self._stream.start_epoch()
         self._generation += 1
@@ -382,6 +385,8 @@ class ResumableDataLoader(DataLoader[_T_co]):
                 self._sampler_snapshot = sampler.state_dict()
             else:
                 sampler.load_state_dict(self._sampler_snapshot)
+        elif self._sampler_rng.applies:
+            sampler = self._sampler_rng.iterate(sampler)
         # Resume by replaying the sampler's indices (no data is fetched) up to the
         # consumed count: a sampler's stream cannot be entered in the middle.
         position = 0
@@ -447,6 +452,9 @@ class ResumableDataLoader(DataLoader[_T_co]):
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
             state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
+        sampler_rng = self._sampler_rng.state()
+        if sampler_rng is not None:
+            state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng
         return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -476,6 +484,7 @@ class ResumableDataLoader(DataLoader[_T_co]):
         self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
         self._progress = _Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
         self._sampler_snapshot = saved.sampler_states.get(self.rank)
+        self._sampler_rng.load(state_dict.get(rank_key(self.rank), {}).get(SAMPLER_RNG_KEY))
         self._resume_pending = True
         self._generation += 1
 

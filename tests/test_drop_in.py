@@ -8,7 +8,14 @@ import json
 
 import pytest
 import torch
-from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler, SequentialSampler, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    Dataset,
+    IterableDataset,
+    SequentialSampler,
+    WeightedRandomSampler,
+    get_worker_info,
+)
 
 from dist_resume import ResumableDataLoader, ResumeStateError, state_from_json, state_to_json
 
@@ -252,3 +259,27 @@ def test_json_keeps_dtypes_shapes_tuples_and_other_keys():
     assert _same_state(state_from_json(state_to_json(state)), state)
     with pytest.raises(TypeError, match=r"^loader state value at state\['s'\] is a set, which has no JSON form$"):
         state_to_json({"s": {1}})
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["global_generator", "own_generator"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_random_sampler_without_state_resumes_on_the_same_samples(seeded, num_workers):
+    def make():
+        generator = torch.Generator().manual_seed(8) if seeded else None
+        sampler = WeightedRandomSampler([1.0] * 20, num_samples=20, replacement=True, generator=generator)
+        return ResumableDataLoader(Squares(20), batch_size=4, sampler=sampler, num_workers=num_workers, seed=0)
+
+    torch.manual_seed(0)
+    loader = make()
+    list(loader)  # epoch 0
+    iterator = iter(loader)
+    next(iterator)
+    state = loader.state_dict()
+    rest = flatten(iterator)
+    following = flatten(loader)
+    torch.manual_seed(99)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert flatten(resumed) == rest
+    if seeded:
+        assert flatten(resumed) == following  # the sampler's generator went on as uninterrupted
