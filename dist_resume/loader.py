@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -42,16 +43,24 @@ _T_co = TypeVar("_T_co", covariant=True)
 
 class _RequestSampler:
     """The batch sampler of the inner DataLoader: each `iter()` asks the loader for the
-    requests of its current position, so persistent workers follow resumes."""
+    requests of its current position, so persistent workers follow resumes. It refers to
+    the loader weakly: the loader owns the inner DataLoader, and a cycle would keep
+    persistent workers alive after the loader is dropped."""
 
     def __init__(self, loader: ResumableDataLoader) -> None:
-        self._loader = loader
+        self._loader = weakref.ref(loader)
 
     def __iter__(self) -> Iterator[BatchRequest]:
-        return self._loader._requests()
+        return self._owner()._requests()
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return len(self._owner())
+
+    def _owner(self) -> ResumableDataLoader:
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("the ResumableDataLoader of this sampler was deleted")
+        return loader
 
 
 class _Progress:

@@ -4,7 +4,9 @@ states, set_epoch forwarding, default seeds, worker info, typing (G1, G6)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -283,3 +285,20 @@ def test_a_random_sampler_without_state_resumes_on_the_same_samples(seeded, num_
     assert flatten(resumed) == rest
     if seeded:
         assert flatten(resumed) == following  # the sampler's generator went on as uninterrupted
+
+
+@pytest.mark.slow
+def test_persistent_workers_end_with_their_loader():
+    loader = ResumableDataLoader(Squares(8), batch_size=2, num_workers=2, persistent_workers=True)
+    list(loader)
+    list(loader)
+    workers = list(loader._inner._iterator._workers)
+    assert all(worker.is_alive() for worker in workers)
+    freed = weakref.ref(loader)
+    gc.disable()  # freed by reference counting alone: no cycle holds the loader
+    try:
+        del loader
+        assert freed() is None
+        assert not any(worker.is_alive() for worker in workers)
+    finally:
+        gc.enable()
