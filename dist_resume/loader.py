@@ -550,6 +550,12 @@ def _recording_sizes(
 def _default_seed(generator: torch.Generator | None, world_size: int) -> int:
     if generator is None and world_size > 1:
         return 0
+    if generator is not None:
+        # Drawn from a copy: the user's generator goes on to seed the workers exactly as
+        # under torch's DataLoader (its first draw of an iterator is the workers' base seed).
+        copy = torch.Generator(device=generator.device)
+        copy.set_state(generator.get_state())
+        generator = copy
     # RandomSampler's draw: int64 random_() covers [0, 2**63).
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.data import (
     BatchSampler,
+    DataLoader,
     Dataset,
     IterableDataset,
     SequentialSampler,
@@ -302,3 +303,33 @@ def test_persistent_workers_end_with_their_loader():
         assert not any(worker.is_alive() for worker in workers)
     finally:
         gc.enable()
+
+
+class InitSeeds(Dataset):
+    """Each sample: the seeds its worker's worker_init_fn saw."""
+
+    seen = (-1, -1)
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return self.seen
+
+
+def _record_init_seeds(worker_id: int) -> None:
+    info = get_worker_info()
+    info.dataset.seen = (torch.initial_seed(), info.seed)
+
+
+@pytest.mark.slow
+def test_worker_seeds_follow_the_generator_as_under_torch():
+    def seeds(loader_class, generator_seed: int) -> set:
+        generator = torch.Generator().manual_seed(generator_seed)
+        loader = loader_class(InitSeeds(), batch_size=1, num_workers=2, generator=generator,
+                              worker_init_fn=_record_init_seeds)
+        return {(int(a), int(b)) for a, b in loader}
+
+    torchs = seeds(DataLoader, 42)
+    assert seeds(ResumableDataLoader, 42) == torchs and len(torchs) == 2
+    assert seeds(ResumableDataLoader, 43) != torchs
