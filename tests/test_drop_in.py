@@ -23,6 +23,7 @@ from torch.utils.data import (
 from dist_resume import ResumableDataLoader, ResumeStateError, state_from_json, state_to_json
 
 from .datasets import Squares, flatten
+from .test_loader import _resume_after
 
 
 def values(batches) -> list[int]:
@@ -108,15 +109,8 @@ def test_live_state_dicts_are_snapshotted_when_their_batch_is_made(stop):
     def make():
         return ResumableDataLoader(LiveState(64), batch_size=2, num_workers=4, snapshot_every=1)
 
-    loader = make()
-    iterator = iter(loader)
-    for _ in range(stop):
-        next(iterator)
-    state = loader.state_dict()
-    rest = values(iterator)
-    resumed = make()
-    resumed.load_state_dict(state)
-    assert values(resumed) == rest
+    rest, resumed = _resume_after(make, stop)
+    assert values(resumed) == values(rest)
 
 
 class EpochAware(Squares):
