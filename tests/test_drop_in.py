@@ -327,3 +327,34 @@ def test_worker_seeds_follow_the_generator_as_under_torch():
     torchs = seeds(DataLoader, 42)
     assert seeds(ResumableDataLoader, 42) == torchs and len(torchs) == 2
     assert seeds(ResumableDataLoader, 43) != torchs
+
+
+class EpochCounting(IterableDataset):
+    """Counts its finished passes in its state (torchdata's GeneratorIterable): a state
+    taken between epochs carries the count to a resumed loader."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.passes, self.resume_at = length, 0, None
+
+    def __iter__(self):
+        start, self.resume_at = self.resume_at or 0, None
+        for self.position in range(start, self.length):
+            yield (self.passes, self.position)
+        self.passes += 1
+
+    def state_dict(self) -> dict:
+        return {"passes": self.passes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.passes = state["passes"]
+
+
+def test_a_state_between_epochs_carries_an_in_process_iterables_state():
+    loader = ResumableDataLoader(EpochCounting(4), batch_size=None)
+    list(loader)
+    state = loader.state_dict()
+    expected = list(loader)
+    resumed = ResumableDataLoader(EpochCounting(4), batch_size=None)
+    next(iter(resumed))  # a loader that had already started
+    resumed.load_state_dict(state)
+    assert [tuple(map(int, item)) for item in resumed] == [tuple(map(int, item)) for item in expected] == [(1, i) for i in range(4)]

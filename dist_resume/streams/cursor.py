@@ -157,10 +157,14 @@ class _SnapshotRecords:
     kind = _SNAPSHOT_KIND
     elastic = False  # a role's stream cannot move to another world size or worker count
 
-    def __init__(self, dataset: IterableDataset, roles: int, every: int) -> None:
+    def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool) -> None:
         self._dataset = dataset
         self._roles = roles
         self._every = every
+        # num_workers=0: the dataset itself is the stream, and once it ran, its current
+        # state is where a role that yielded nothing yet stands (an epoch's start).
+        self._in_process = in_process and is_stateful(dataset)
+        self._ran = False
         self._records: list[tuple[Any, int]] = []
 
     def start_epoch(self) -> None:
@@ -172,6 +176,7 @@ class _SnapshotRecords:
         return _SnapshotResume(list(self._records), self._every)
 
     def record(self, tagged: Tagged) -> None:
+        self._ran = True
         snapshot, items = self._records[tagged.role]
         self._records[tagged.role] = (tagged.payload, 0) if tagged.payload is not None else (snapshot, items + tagged.items)
 
@@ -180,7 +185,9 @@ class _SnapshotRecords:
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
-        for role, (snapshot, _) in enumerate(self._records):
+        for role, (snapshot, items) in enumerate(self._records):
+            if snapshot is None and not items and self._in_process and self._ran:
+                snapshot = state_now(self._dataset)
             if snapshot is not None:
                 state[f"snapshot_{role}"] = snapshot
         return state
@@ -249,7 +256,7 @@ class StreamCursor:
         if isinstance(dataset, ShardedStream):
             self._records: _SnapshotRecords | _ShardRecords = _ShardRecords(dataset)
         else:
-            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every)
+            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0)
         self._last_role = -1  # role of the last yielded batch of the epoch, -1 before the first
         self._records.start_epoch()
 
