@@ -216,10 +216,10 @@ class ResumableDataLoader(DataLoader[_T_co]):
 
     @property
     def epoch(self) -> int:
-        """The epoch of the next batch: the one in progress, or once its last batch was
-        consumed, the next one."""
-        progress = self._next_progress()
-        return progress.epoch + int(progress.finished)
+        """The epoch the next `iter()` serves: the one in progress, the next once the last
+        batch of the current one was consumed, or a loaded state's (a finished one's pass
+        yields no batches)."""
+        return self._next_progress().epoch
 
     @property
     def identity(self) -> Identity:
@@ -260,13 +260,7 @@ class ResumableDataLoader(DataLoader[_T_co]):
         self._forward_epoch(epoch)
         progress = self._progress
         if epoch == progress.epoch and (self._resume_pending or not self._started(progress)):
-            if progress.finished:
-                warnings.warn(
-                    f"ResumableDataLoader.set_epoch({epoch}): epoch {epoch} is already finished, "
-                    "iterating it yields no batches",
-                    stacklevel=2,
-                )
-            progress.chosen = True
+            progress.chosen = True  # a loaded state's position, even the end of the epoch
             return
         if progress.batches and not progress.finished and epoch != progress.epoch:
             warnings.warn(

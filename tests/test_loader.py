@@ -194,8 +194,9 @@ def test_resume_at_an_epoch_boundary_matches_stateful_dataloader():
     second = flatten(loader)
     resumed = ResumableDataLoader(Squares(10), batch_size=4, shuffle=True)
     resumed.load_state_dict(inside)
-    assert resumed.epoch == 1
+    assert resumed.epoch == 0
     assert list(resumed) == []
+    assert resumed.epoch == 1
     assert flatten(resumed) == second != flatten(first)
     resumed = ResumableDataLoader(Squares(10), batch_size=4, shuffle=True)
     resumed.load_state_dict(after)
@@ -317,7 +318,7 @@ def test_set_epoch_of_the_epoch_in_progress_keeps_its_position():
     assert flatten(resumed) == list(range(3, 12))
 
 
-def test_set_epoch_warns_when_it_abandons_or_replays_nothing():
+def test_set_epoch_warns_when_it_abandons_and_keeps_a_loaded_position():
     loader = ResumableDataLoader(Squares(12), batch_size=3)
     next(iter(loader))
     with pytest.warns(UserWarning, match=re.escape("set_epoch(1) abandons epoch 0 after 1 batches")):
@@ -327,8 +328,7 @@ def test_set_epoch_warns_when_it_abandons_or_replays_nothing():
         next(iterator)
     resumed = ResumableDataLoader(Squares(12), batch_size=3)
     resumed.load_state_dict(loader.state_dict())
-    with pytest.warns(UserWarning, match=re.escape("epoch 1 is already finished, iterating it yields no batches")):
-        resumed.set_epoch(1)
+    resumed.set_epoch(1)  # the loaded position: the end of epoch 1
     assert list(resumed) == []
     assert resumed.epoch == 2
     loader.set_epoch(1)  # not resumed: a fresh pass of epoch 1, as DistributedSampler.set_epoch
