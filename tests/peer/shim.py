@@ -15,7 +15,9 @@ from dist_resume import ResumableDataLoader, state_from_json, state_to_json
 
 class PeerDataLoader(ResumableDataLoader):
     def __init__(self, dataset: Any, *args: Any, snapshot_every_n_steps: int = 1, **kwargs: Any) -> None:
-        kwargs.setdefault("snapshot_every", snapshot_every_n_steps)
+        # A cost knob in both loaders (resume is exact at any value); torchdata's 0 means
+        # "only when asked", which ours reads as its default period.
+        kwargs.setdefault("snapshot_every", snapshot_every_n_steps if snapshot_every_n_steps > 0 else 16)
         super().__init__(dataset, *args, **kwargs)
 
     def state_dict(self) -> dict[str, Any]:
