@@ -358,3 +358,39 @@ def test_a_state_between_epochs_carries_an_in_process_iterables_state():
     next(iter(resumed))  # a loader that had already started
     resumed.load_state_dict(state)
     assert [tuple(map(int, item)) for item in resumed] == [tuple(map(int, item)) for item in expected] == [(1, i) for i in range(4)]
+
+
+class SelfIterator(IterableDataset):
+    """`__iter__` returns itself and creates the state that `load_state_dict` sets
+    (torchdata's CountIterCallsIter): its state is loaded after `iter()`."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        self.items = list(range(worker, self.length, workers))
+        self.position = 0
+        return self
+
+    def __next__(self) -> int:
+        if self.position >= len(self.items):
+            raise StopIteration
+        self.position += 1
+        return self.items[self.position - 1]
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = state["position"]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_iterable_that_is_its_own_stateful_iterator_resumes_exactly(num_workers):
+    def make():
+        return ResumableDataLoader(SelfIterator(40), batch_size=3, num_workers=num_workers, snapshot_every=2)
+
+    rest, resumed = _resume_after(make, 5)
+    assert values(resumed) == values(rest) and len(values(rest)) == 40 - 15

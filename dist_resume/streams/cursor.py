@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -38,24 +38,40 @@ _SNAPSHOT_KIND, _SHARD_KIND = 0, 1
 # -- worker side ------------------------------------------------------------------
 
 
+_END = object()  # never yielded: iter(callable, sentinel) runs until StopIteration
+
+
+class Snapshot(NamedTuple):
+    """A role's saved state: of the iterator `iter(dataset)` returned when that is
+    stateful (loaded after `iter()`, as torchdata does), else of the dataset (loaded before)."""
+
+    of_iterator: bool
+    state: Any
+
+
 class _SnapshotReader:
     """A role's stream of any IterableDataset, from its snapshot and items to skip."""
 
-    def __init__(self, dataset: IterableDataset, snapshot: Any, skip: int, every: int) -> None:
-        self._dataset = dataset
-        self._every = every if is_stateful(dataset) else 0
+    def __init__(self, dataset: IterableDataset, snapshot: Snapshot | None, skip: int, every: int) -> None:
         self._batches = 0
-        if snapshot is not None:
-            dataset.load_state_dict(snapshot)
-        self.items = iter(dataset)
+        if snapshot is not None and not snapshot.of_iterator:
+            dataset.load_state_dict(snapshot.state)
+        iterator = iter(dataset)
+        self._of_iterator = is_stateful(iterator)
+        self._source = iterator if self._of_iterator else dataset
+        self._every = every if is_stateful(self._source) else 0
+        if snapshot is not None and snapshot.of_iterator:
+            iterator.load_state_dict(snapshot.state)
+        # Only next() from here on: an iterator's __iter__ may restart it.
+        self.items = iter(iterator.__next__, _END)
         for _ in itertools.islice(self.items, skip):
             pass
 
-    def payload(self) -> Any:
-        """The dataset's state after this batch, every `every` batches; else None."""
+    def payload(self) -> Snapshot | None:
+        """The stream's state after this batch, every `every` batches; else None."""
         self._batches += 1
         if self._every and self._batches % self._every == 0:
-            return state_now(self._dataset)
+            return Snapshot(self._of_iterator, state_now(self._source))
         return None
 
 
@@ -185,18 +201,25 @@ class _SnapshotRecords:
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
+        of_iterator = []
         for role, (snapshot, items) in enumerate(self._records):
             if snapshot is None and not items and self._in_process and self._ran:
-                snapshot = state_now(self._dataset)
+                snapshot = Snapshot(False, state_now(self._dataset))
+            of_iterator.append(int(snapshot is not None and snapshot.of_iterator))
             if snapshot is not None:
-                state[f"snapshot_{role}"] = snapshot
+                state[f"snapshot_{role}"] = snapshot.state
+        state["of_iterator"] = torch.tensor(of_iterator, dtype=torch.int64)
         return state
 
     def load(self, entries: list[Mapping[str, Any]]) -> None:
         (own,) = entries
         items = own["items"].tolist()
-        self._records = [(own.get(f"snapshot_{role}"), count) for role, count in enumerate(items)]
-        if not is_stateful(self._dataset) and any(items):
+        of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
+        self._records = [
+            (Snapshot(bool(of_iterator[role]), own[f"snapshot_{role}"]) if f"snapshot_{role}" in own else None, count)
+            for role, count in enumerate(items)
+        ]
+        if not is_stateful(self._dataset) and any(count and snapshot is None for snapshot, count in self._records):
             warnings.warn(
                 f"ResumableDataLoader: {type(self._dataset).__name__} has no state_dict/load_state_dict, so each "
                 f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
