@@ -327,11 +327,11 @@ class ResumableDataLoader(DataLoader[_T_co]):
         if self._stream is not None:
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
-            return _ResumingIterator(self, self._stream.yielded(iter(inner), self._sizes), self._generation)
-        inner = iter(self._inner_loader())
-        if self._dataset_states is not None:
-            inner = self._dataset_states.yielded(inner)
-        return _ResumingIterator(self, inner, self._generation)
+            batches = iter(inner)
+            return _ResumingIterator(self, self._stream.yielded(batches, self._sizes), self._generation, batches)
+        batches = iter(self._inner_loader())
+        inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
+        return _ResumingIterator(self, inner, self._generation, batches)
 
     def _inner_loader(self) -> DataLoader:
         if self._inner is None:
@@ -495,11 +495,17 @@ class ResumableDataLoader(DataLoader[_T_co]):
 class _ResumingIterator:
     """Yields the inner DataLoader's batches and tells the loader each one was consumed."""
 
-    def __init__(self, loader: ResumableDataLoader, inner: Iterator[Any], generation: int) -> None:
+    def __init__(self, loader: ResumableDataLoader, inner: Iterator[Any], generation: int, batches: Iterator[Any]) -> None:
         self._loader = loader
         self._inner = inner
         self._generation = generation
         self._ended = False
+        self._batches = batches  # torch's iterator under `inner`
+
+    @property
+    def _workers(self) -> list[Any]:
+        """The worker processes, as torch's iterator names them (code that joins them reads this)."""
+        return getattr(self._batches, "_workers", [])
 
     def __iter__(self) -> _ResumingIterator:
         return self

@@ -394,3 +394,13 @@ def test_an_iterable_that_is_its_own_stateful_iterator_resumes_exactly(num_worke
 
     rest, resumed = _resume_after(make, 5)
     assert values(resumed) == values(rest) and len(values(rest)) == 40 - 15
+
+
+@pytest.mark.slow
+def test_workers_of_an_abandoned_iterator_end_with_it():
+    iterator = iter(ResumableDataLoader(Squares(40), batch_size=2, num_workers=2))
+    next(iterator)
+    workers = list(iterator._workers)
+    assert len(workers) == 2 and all(worker.is_alive() for worker in workers)
+    del iterator
+    assert not any(worker.is_alive() for worker in workers)

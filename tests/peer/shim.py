@@ -8,12 +8,14 @@ ours hold int64 tensors for DCP, so the shim hands out the documented JSON form
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from dist_resume import ResumableDataLoader, state_from_json, state_to_json
 
+_T_co = TypeVar("_T_co", covariant=True)
 
-class PeerDataLoader(ResumableDataLoader):
+
+class PeerDataLoader(ResumableDataLoader[_T_co]):
     def __init__(self, dataset: Any, *args: Any, snapshot_every_n_steps: int = 1, **kwargs: Any) -> None:
         # A cost knob in both loaders (resume is exact at any value); torchdata's 0 means
         # "only when asked", which ours reads as its default period.
