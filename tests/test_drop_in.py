@@ -8,6 +8,8 @@ import gc
 import json
 import weakref
 
+import numpy
+
 import pytest
 import torch
 from torch.utils.data import (
@@ -404,3 +406,11 @@ def test_workers_of_an_abandoned_iterator_end_with_it():
     assert len(workers) == 2 and all(worker.is_alive() for worker in workers)
     del iterator
     assert not any(worker.is_alive() for worker in workers)
+
+
+def test_iterable_items_are_never_compared():
+    class Arrays(IterableDataset):
+        def __iter__(self):
+            return iter([numpy.arange(3) + i for i in range(4)])
+
+    assert [batch.tolist() for batch in ResumableDataLoader(Arrays(), batch_size=None)] == [[i, i + 1, i + 2] for i in range(4)]

@@ -38,7 +38,15 @@ _SNAPSHOT_KIND, _SHARD_KIND = 0, 1
 # -- worker side ------------------------------------------------------------------
 
 
-_END = object()  # never yielded: iter(callable, sentinel) runs until StopIteration
+def _drawn(iterator: Iterator[Any]) -> Iterator[Any]:
+    # Only next() from here on: an iterator's __iter__ may restart it (one that is its own
+    # dataset), and items are never compared with anything (numpy arrays cannot be).
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item
 
 
 class Snapshot(NamedTuple):
@@ -62,8 +70,7 @@ class _SnapshotReader:
         self._every = every if is_stateful(self._source) else 0
         if snapshot is not None and snapshot.of_iterator:
             iterator.load_state_dict(snapshot.state)
-        # Only next() from here on: an iterator's __iter__ may restart it.
-        self.items = iter(iterator.__next__, _END)
+        self.items = _drawn(iterator)
         for _ in itertools.islice(self.items, skip):
             pass
 
