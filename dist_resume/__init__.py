@@ -21,6 +21,7 @@ from .remap import PlannedBatch, ResumePlan, plan_resume
 from .sample_rng import sample_generator, sample_seed
 from .streams import ShardedStream
 from .state import ResumeStateError
+from .state_json import state_from_json, state_to_json
 from .train_state import TrainState
 
 __all__ = [
@@ -45,4 +46,6 @@ __all__ = [
     "sample_generator",
     "sample_seed",
     "save_checkpoint",
+    "state_from_json",
+    "state_to_json",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .state import ResumeStateError
-from .worker_roles import Tagged
+from .worker_roles import Tagged, state_now
 
 DATASET_KEY = "dataset"
 
@@ -35,11 +35,19 @@ class TaggingCollate:
 
 class DatasetStates:
     """Per worker role: the dataset state after that role's last yielded batch, at first
-    the state of `dataset`, which every worker's copy starts from."""
+    the state of `dataset` when the loader first needs it (a first `iter()` or
+    `state_dict()`, never its constructor), which every worker's copy starts from."""
 
     def __init__(self, dataset: Any, num_workers: int) -> None:
         self.roles = max(num_workers, 1)
-        self._states: list[Any] = [dataset.state_dict()] * self.roles
+        self._dataset = dataset
+        self._initial: list[Any] | None = None
+
+    @property
+    def _states(self) -> list[Any]:
+        if self._initial is None:
+            self._initial = [state_now(self._dataset)] * self.roles
+        return self._initial
 
     def role(self, batch: int) -> int:
         return batch % self.roles
@@ -69,4 +77,4 @@ class DatasetStates:
                 f"this loader has {self.roles} at world size {world_size}: a stateful map-style dataset resumes only "
                 "with the saved world size and num_workers"
             )
-        self._states = [entry[f"snapshot_{role}"] for role in range(self.roles)]
+        self._initial = [entry[f"snapshot_{role}"] for role in range(self.roles)]

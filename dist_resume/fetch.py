@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 from .generators import NAMES, generators
 from .sample_rng import SampleRandomness, CONTEXT
 from .seeds import derive_seed, derive_seeds
-from .worker_roles import Tagged, is_stateful
+from .worker_roles import Tagged, is_stateful, state_now
 
 
 class BatchRequest(NamedTuple):
@@ -49,7 +49,7 @@ class SeededDataset(Dataset):
         if request.restore is not None:
             self._dataset.load_state_dict(request.restore)
         samples = self._fetch(request)
-        return [Tagged(samples, request.role, len(samples), self._dataset.state_dict())]
+        return [Tagged(samples, request.role, len(samples), state_now(self._dataset))]
 
     def _fetch(self, request: BatchRequest) -> list[Any]:
         randomness = self._randomness

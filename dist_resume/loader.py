@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import collections
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -19,6 +20,7 @@ from .layout import Layout, TailMode
 from .order import EpochOrder
 from .remap import resume_rank
 from .sample_rng import parse_choice
+from .sampler_rng import SAMPLER_RNG_KEY, SamplerRandomness
 from .state import (
     FORMAT_VERSION,
     Identity,
@@ -31,25 +33,35 @@ from .state import (
 )
 from .streams.cursor import STREAM_KEY, StreamCursor
 from .streams.sharded import ShardedStream
-from .worker_roles import is_stateful
+from .worker_roles import UserDatasetInit, is_stateful
 
 # Positions mapped to indices per vectorized call: large enough that the per-call
 # cost of tensor operations vanishes, small enough that the first batch is quick.
 _POSITIONS_PER_CHUNK = 16384
 
+_T_co = TypeVar("_T_co", covariant=True)
+
 
 class _RequestSampler:
     """The batch sampler of the inner DataLoader: each `iter()` asks the loader for the
-    requests of its current position, so persistent workers follow resumes."""
+    requests of its current position, so persistent workers follow resumes. It refers to
+    the loader weakly: the loader owns the inner DataLoader, and a cycle would keep
+    persistent workers alive after the loader is dropped."""
 
     def __init__(self, loader: ResumableDataLoader) -> None:
-        self._loader = loader
+        self._loader = weakref.ref(loader)
 
     def __iter__(self) -> Iterator[BatchRequest]:
-        return self._loader._requests()
+        return self._owner()._requests()
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return len(self._owner())
+
+    def _owner(self) -> ResumableDataLoader:
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("the ResumableDataLoader of this sampler was deleted")
+        return loader
 
 
 class _Progress:
@@ -65,15 +77,18 @@ class _Progress:
         self.chosen = False
 
 
-class ResumableDataLoader(DataLoader):
+class ResumableDataLoader(DataLoader[_T_co]):
     """A drop-in `torch.utils.data.DataLoader` that can stop anywhere and resume on the
     exact next sample, at the same or another world size (GUARANTEES G1-G6).
 
     Takes every argument of `DataLoader`, with the same meaning, plus:
 
     - `seed`: the epoch order (with `shuffle=True`) and per-sample randomness are drawn
-      from `(seed, epoch)` and `(seed, epoch, position)`; default 0, or the initial seed
-      of `generator` when one is given.
+      from `(seed, epoch)` and `(seed, epoch, position)`. Default: drawn from `generator`,
+      else from torch's default generator as `RandomSampler` draws its seed (so
+      `torch.manual_seed` decides it), except at world size > 1 without `generator`: 0, as
+      `DistributedSampler`, so that every rank has the same order. A default seed is
+      recorded in the state and adopted from a loaded state (G6).
     - `rank`, `world_size`, `process_group`: the data-parallel shard. By default from
       `torch.distributed` when it is initialized (`process_group` may be a group or a 1-D
       `DeviceMesh`), else rank 0 of 1. `batch_size` is per rank.
@@ -95,10 +110,15 @@ class ResumableDataLoader(DataLoader):
     An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
     a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams.cursor`).
 
-    The loader is a cursor over its epoch: a new `iter()` continues where the last
-    consumed batch left off. After an epoch is exhausted the next `iter()` starts the
-    next epoch unless `set_epoch` chose one. `load_state_dict` takes effect at the next
-    `iter()`; an iterator that was running stops with an error rather than mix states.
+    Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
+    next epoch once the current one has yielded a batch (so a batch peeked with
+    `next(iter(loader))` is trained in the next pass), unless `set_epoch` chose an epoch.
+    `load_state_dict` takes effect at the next `iter()`, which continues exactly from the
+    loaded position: a state taken after the epoch's last batch but before the iterator
+    ended resumes into no batches; one taken after it ended resumes at the next epoch.
+    An iterator that was running stops with an error rather than mix states.
+    `set_epoch(e)` is forwarded to the dataset and to a sampler or batch sampler that
+    define it, for every epoch the loader serves.
     """
 
     def __init__(
@@ -153,8 +173,11 @@ class ResumableDataLoader(DataLoader):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
+        self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
+        # A seed the user did not give is adopted from a loaded state (G6).
+        self._seed_given = seed is not None
         if seed is None:
-            seed = generator.initial_seed() if generator is not None else 0
+            seed = _default_seed(generator, self.world_size)
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.seed = seed
@@ -162,7 +185,6 @@ class ResumableDataLoader(DataLoader):
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
-        self.rank, self.world_size = _data_parallel_shard(rank, world_size, process_group)
         self._user_sampler = batch_sampler if batch_sampler is not None else sampler
         if self._stream is not None:
             self._sampling = Sampling.STREAM
@@ -180,12 +202,15 @@ class ResumableDataLoader(DataLoader):
             self._sampling = Sampling.EPOCH_ORDER
         self._rank_batch_size = batch_size if batch_size is not None else 1
         self._mode = TailMode.of(drop_last, even_batches)
-        self._dataset_length = self._stream.length if self._stream is not None else len(dataset)
+        self._dataset_length = self._current_length()
         self._progress = _Progress(0, Plan(self._dataset_length, self._mode, 0))
+        # A state was loaded: the next iter() continues it exactly, even into no batches.
+        self._resume_pending = False
         # The elastic plan this job loaded: fixed until the next load, so that every rank
         # saves the same replicated value (DCP keeps one copy of it), whatever its epoch.
         self._plan_values: list[int] = []
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
+        self._sampler_rng = SamplerRandomness(self._user_sampler)  # a random one's generator state
         self._generation = 0
         self._sizes: collections.deque[int] = collections.deque()
         self._inner: DataLoader | None = None
@@ -196,7 +221,9 @@ class ResumableDataLoader(DataLoader):
 
     @property
     def epoch(self) -> int:
-        """The epoch the loader is in (the one the next `iter()` continues or starts)."""
+        """The epoch the next `iter()` serves: the one in progress, the next once the last
+        batch of the current one was consumed, or a loaded state's (a finished one's pass
+        yields no batches)."""
         return self._next_progress().epoch
 
     @property
@@ -235,17 +262,12 @@ class ResumableDataLoader(DataLoader):
         epoch in progress keeps its position, so a resumed loop may call it unconditionally."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._forward_epoch(epoch)
         progress = self._progress
-        if epoch == progress.epoch:
-            if progress.finished:
-                warnings.warn(
-                    f"ResumableDataLoader.set_epoch({epoch}): epoch {epoch} is already finished, "
-                    "iterating it yields no batches",
-                    stacklevel=2,
-                )
-            progress.chosen = True
+        if epoch == progress.epoch and (self._resume_pending or not self._started(progress)):
+            progress.chosen = True  # a loaded state's position, even the end of the epoch
             return
-        if progress.batches and not progress.finished:
+        if progress.batches and not progress.finished and epoch != progress.epoch:
             warnings.warn(
                 f"ResumableDataLoader.set_epoch({epoch}) abandons epoch {progress.epoch} after "
                 f"{progress.batches} batches; its remaining samples are skipped",
@@ -260,36 +282,61 @@ class ResumableDataLoader(DataLoader):
             return Plan.decode(values, self._dataset_length, self._mode, epoch)
         return Plan(self._dataset_length, self._mode, epoch)
 
+    def _current_length(self) -> int:
+        # Read at the start of every pass: a dataset may grow between epochs.
+        return self._stream.length if self._stream is not None else len(self.dataset)
+
     def _switch_epoch(self, epoch: int) -> None:
+        self._resume_pending = False
+        self._dataset_length = self._current_length()
         self._progress = _Progress(epoch, self._plan_for(epoch))
         self._sampler_snapshot = None
+        self._sampler_rng.reset()
         if self._stream is not None:
             self._stream.start_epoch()
         self._generation += 1
 
+    def _started(self, progress: _Progress) -> bool:
+        return bool(progress.batches or progress.finished)
+
     def _next_progress(self) -> _Progress:
         progress = self._progress
-        if progress.finished and not progress.chosen:
-            return _Progress(progress.epoch + 1, self._plan_for(progress.epoch + 1))
-        return progress
+        if self._resume_pending or progress.chosen:
+            return progress
+        if progress.finished:
+            epoch = progress.epoch + 1
+        elif not self._started(progress):
+            epoch = progress.epoch
+        else:
+            return progress  # the epoch in progress (a new iter() would start the next one)
+        length = self._current_length()
+        return _Progress(epoch, self._plan_for(epoch) if length == self._dataset_length else Plan(length, self._mode, epoch))
+
+    def _forward_epoch(self, epoch: int) -> None:
+        for target in (self.dataset, self._user_sampler):
+            set_epoch = getattr(target, "set_epoch", None)
+            if callable(set_epoch) and not isinstance(target, ShardedStream):
+                set_epoch(epoch)
 
     # -- iteration ----------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_T_co]:
         progress = self._progress
-        if progress.finished and not progress.chosen:
-            self._switch_epoch(progress.epoch + 1)
+        if not (self._resume_pending or progress.chosen):
+            self._switch_epoch(progress.epoch + 1 if self._started(progress) else progress.epoch)
+        self._resume_pending = False
         self._progress.chosen = False
+        self._forward_epoch(self._progress.epoch)
         self._generation += 1
         self._sizes = collections.deque()
         if self._stream is not None:
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
-            return _ResumingIterator(self, self._stream.yielded(iter(inner), self._sizes), self._generation)
-        inner = iter(self._inner_loader())
-        if self._dataset_states is not None:
-            inner = self._dataset_states.yielded(inner)
-        return _ResumingIterator(self, inner, self._generation)
+            batches = iter(inner)
+            return _ResumingIterator(self, self._stream.yielded(batches, self._sizes), self._generation, batches)
+        batches = iter(self._inner_loader())
+        inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
+        return _ResumingIterator(self, inner, self._generation, batches)
 
     def _inner_loader(self) -> DataLoader:
         if self._inner is None:
@@ -303,7 +350,7 @@ class ResumableDataLoader(DataLoader):
                 collate_fn=collate,
                 pin_memory=self.pin_memory,
                 timeout=self.timeout,
-                worker_init_fn=self.worker_init_fn,
+                worker_init_fn=UserDatasetInit(self.worker_init_fn),
                 multiprocessing_context=self.multiprocessing_context,
                 generator=self.generator,
                 prefetch_factor=self.prefetch_factor,
@@ -350,6 +397,8 @@ class ResumableDataLoader(DataLoader):
                 self._sampler_snapshot = sampler.state_dict()
             else:
                 sampler.load_state_dict(self._sampler_snapshot)
+        elif self._sampler_rng.applies:
+            sampler = self._sampler_rng.iterate(sampler)
         # Resume by replaying the sampler's indices (no data is fetched) up to the
         # consumed count: a sampler's stream cannot be entered in the middle.
         position = 0
@@ -380,7 +429,9 @@ class ResumableDataLoader(DataLoader):
             progress.finished = True
 
     def _exhausted(self) -> None:
-        self._progress.finished = True
+        # The pass ended: from now on the loader stands at the start of the next epoch,
+        # which is what a state taken now resumes (as StatefulDataLoader's does).
+        self._switch_epoch(self._progress.epoch + 1)
 
     # -- state --------------------------------------------------------------------
 
@@ -413,6 +464,9 @@ class ResumableDataLoader(DataLoader):
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
             state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
+        sampler_rng = self._sampler_rng.state()
+        if sampler_rng is not None:
+            state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng
         return state_dict
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -420,11 +474,15 @@ class ResumableDataLoader(DataLoader):
         rank's entry, or the entries of every saved rank (needed when the world size or the
         batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
         saved = decode(state_dict)
+        self._dataset_length = self._current_length()
+        if not self._seed_given:
+            self.seed = saved.any.seed
         saved.check_identity(self.identity)
         if self._stream is not None:
             own = self._stream.load(state_dict, saved, self.rank, self.world_size)
             self._progress = _Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
                                        own.samples_consumed, bool(own.epoch_finished))
+            self._resume_pending = True
             self._generation += 1
             return
         resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
@@ -438,16 +496,25 @@ class ResumableDataLoader(DataLoader):
         self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
         self._progress = _Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
         self._sampler_snapshot = saved.sampler_states.get(self.rank)
+        self._sampler_rng.load(state_dict.get(rank_key(self.rank), {}).get(SAMPLER_RNG_KEY))
+        self._resume_pending = True
         self._generation += 1
 
 
 class _ResumingIterator:
     """Yields the inner DataLoader's batches and tells the loader each one was consumed."""
 
-    def __init__(self, loader: ResumableDataLoader, inner: Iterator[Any], generation: int) -> None:
+    def __init__(self, loader: ResumableDataLoader, inner: Iterator[Any], generation: int, batches: Iterator[Any]) -> None:
         self._loader = loader
         self._inner = inner
         self._generation = generation
+        self._ended = False
+        self._batches = batches  # torch's iterator under `inner`
+
+    @property
+    def _workers(self) -> list[Any]:
+        """The worker processes, as torch's iterator names them (code that joins them reads this)."""
+        return getattr(self._batches, "_workers", [])
 
     def __iter__(self) -> _ResumingIterator:
         return self
@@ -457,6 +524,8 @@ class _ResumingIterator:
 
     def __next__(self) -> Any:
         loader = self._loader
+        if self._ended:
+            raise StopIteration
         if self._generation != loader._generation:
             self._inner = iter(())
             raise RuntimeError(
@@ -466,6 +535,7 @@ class _ResumingIterator:
         try:
             batch = next(self._inner)
         except StopIteration:
+            self._ended = True
             loader._exhausted()
             raise
         loader._consumed()
@@ -497,6 +567,19 @@ def _consecutive_batches(positions: torch.Tensor, sizes: list[int]) -> tuple[lis
     breaks[1:] = (positions[1:] - positions[:-1] != 1).cumsum(0)
     consecutive = breaks[offsets + counts - 1] == breaks[offsets]
     return positions[offsets].tolist(), consecutive.tolist()
+
+
+def _default_seed(generator: torch.Generator | None, world_size: int) -> int:
+    if generator is None and world_size > 1:
+        return 0
+    if generator is not None:
+        # Drawn from a copy: the user's generator goes on to seed the workers exactly as
+        # under torch's DataLoader (its first draw of an iterator is the workers' base seed).
+        copy = torch.Generator(device=generator.device)
+        copy.set_state(generator.get_state())
+        generator = copy
+    # RandomSampler's draw: int64 random_() covers [0, 2**63).
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
 def _data_parallel_shard(rank: int | None, world_size: int | None, process_group) -> tuple[int, int]:

@@ -7,7 +7,9 @@ the worker id the dataset sees. A resumed loader's worker `j` may play another r
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from torch.utils.data import _utils, get_worker_info
@@ -28,12 +30,38 @@ def is_stateful(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
+def state_now(obj: Any) -> Any:
+    """`obj.state_dict()` by value: a copy that later changes to `obj` cannot reach (a
+    dataset may return its live dict, which a worker keeps changing while the batch that
+    carries it waits to be sent)."""
+    return copy.deepcopy(obj.state_dict())
+
+
 def play_role(shift: int, dataset: Any) -> int:
     """In a loader worker: take the role `(id + shift) % num_workers`; from then on
     `get_worker_info()` reports it as the id, and `dataset` (the user's copy, not the
     loader's wrapper) as the dataset. Returns the role."""
     info = get_worker_info()
     role = (info.id + shift) % info.num_workers
-    # WorkerInfo is frozen; torch's get_worker_info() returns this module global.
-    _utils.worker._worker_info = dataclasses.replace(info, id=role, dataset=dataset)
+    _show_worker_info(id=role, dataset=dataset)
     return role
+
+
+def _show_worker_info(**changes: Any) -> None:
+    # WorkerInfo is frozen; torch's get_worker_info() returns this module global.
+    _utils.worker._worker_info = dataclasses.replace(get_worker_info(), **changes)
+
+
+class UserDatasetInit:
+    """worker_init_fn of a map-style loader: `get_worker_info().dataset` becomes the user's
+    dataset (the worker's copy the loader's wrapper fetches from), then the user's
+    worker_init_fn runs, as under torch's DataLoader."""
+
+    def __init__(self, user_fn: Callable[[int], None] | None) -> None:
+        self._user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        wrapper = get_worker_info().dataset
+        _show_worker_info(dataset=object.__getattribute__(wrapper, "_dataset"))
+        if self._user_fn is not None:
+            self._user_fn(worker_id)

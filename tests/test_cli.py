@@ -108,7 +108,9 @@ def test_plan_matches_a_real_resume(checkpoints: str, capsys: pytest.CaptureFixt
 
 def test_plan_of_a_finished_epoch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     loader = _loaders(1)[0]
-    list(loader)
+    iterator = iter(loader)
+    for _ in range(len(loader)):  # its last batch consumed, its iterator not yet ended
+        next(iterator)
     save_checkpoint({"loader": loader}, str(tmp_path), 7)
     code, out, _ = _run(capsys, "plan", str(tmp_path), "--world-size", "4")
     assert code == 0

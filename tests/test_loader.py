@@ -111,10 +111,10 @@ def test_len_and_loader_attributes_stay_torchs():
 
 
 def test_datasets_with_getitems_fetch_whole_batches():
-    batches = list(ResumableDataLoader(BatchedFetch(10), batch_size=4))
+    batches = list(ResumableDataLoader(BatchedFetch(10), batch_size=4, seed=0))
     assert flatten(batches) == list(range(10))
     # one draw per batch, seeded from the batch's first position: reproducible
-    again = list(ResumableDataLoader(BatchedFetch(10), batch_size=4))
+    again = list(ResumableDataLoader(BatchedFetch(10), batch_size=4, seed=0))
     assert_same_batches(batches, again)
 
 
@@ -181,13 +181,26 @@ def test_resume_with_another_batch_size_continues_on_the_next_sample():
     assert flatten(head) + flatten(tail) == EpochOrder(50, 2, 0, shuffle=True).indices(torch.arange(50))
 
 
-def test_resume_at_an_epoch_boundary_starts_the_next_epoch():
+def test_resume_at_an_epoch_boundary_matches_stateful_dataloader():
+    """A state taken after the epoch's last batch but before its iterator ended resumes
+    into no batches; one taken after it ended resumes at the next epoch (torchdata's
+    StatefulDataLoader, pytorch#166732)."""
     loader = ResumableDataLoader(Squares(10), batch_size=4, shuffle=True)
-    first = flatten(loader)
+    iterator = iter(loader)
+    first = [next(iterator) for _ in range(3)]
+    inside = loader.state_dict()
+    assert list(iterator) == []
+    after = loader.state_dict()
+    second = flatten(loader)
     resumed = ResumableDataLoader(Squares(10), batch_size=4, shuffle=True)
-    resumed.load_state_dict(loader.state_dict())
+    resumed.load_state_dict(inside)
+    assert resumed.epoch == 0
+    assert list(resumed) == []
     assert resumed.epoch == 1
-    assert flatten(resumed) == flatten(loader) != first
+    assert flatten(resumed) == second != flatten(first)
+    resumed = ResumableDataLoader(Squares(10), batch_size=4, shuffle=True)
+    resumed.load_state_dict(after)
+    assert resumed.epoch == 1 and flatten(resumed) == second
 
 
 def test_loaded_state_takes_effect_at_the_next_iter_and_stale_iterators_stop():
@@ -203,11 +216,19 @@ def test_loaded_state_takes_effect_at_the_next_iter_and_stale_iterators_stop():
     assert flatten(loader) == list(range(2, 20))
 
 
-def test_a_new_iter_continues_after_the_last_consumed_batch():
-    loader = ResumableDataLoader(Squares(12), batch_size=3, num_workers=2)
-    for batch in loader:
-        break
-    assert flatten(loader) == list(range(3, 12))
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_new_iter_is_a_new_pass_so_a_peeked_batch_is_trained(num_workers):
+    """As torch's DataLoader and StatefulDataLoader: a new iter() without a loaded state
+    starts a fresh pass (the next epoch once the current one yielded a batch)."""
+    loader = ResumableDataLoader(Squares(12), batch_size=3, num_workers=num_workers, shuffle=True, seed=5)
+    peeked = next(iter(loader))
+    assert loader.epoch == 0
+    assert flatten(loader) == EpochOrder(12, 5, 1, shuffle=True).indices(torch.arange(12))
+    assert flatten([peeked]) == EpochOrder(12, 5, 0, shuffle=True).indices(torch.arange(3))
+    iterator = iter(loader)  # nothing consumed from it: the next pass serves the same epoch
+    assert loader.epoch == 2
+    del iterator
+    assert flatten(loader) == EpochOrder(12, 5, 2, shuffle=True).indices(torch.arange(12))
 
 
 # -- G4: per-sample randomness ----------------------------------------------------
@@ -249,7 +270,7 @@ def test_deterministic_transforms_off_leaves_the_generators_alone():
 
 
 def test_g5_resume_fetches_only_what_is_left():
-    loader = ResumableDataLoader(Fetches(1000), batch_size=10, shuffle=True)
+    loader = ResumableDataLoader(Fetches(1000), batch_size=10, shuffle=True, seed=0)
     iterator = iter(loader)
     for _ in range(90):
         next(iterator)
@@ -281,7 +302,7 @@ def test_g5_state_is_a_handful_of_integers(length):
 
 
 def test_epochs_advance_by_themselves_and_set_epoch_chooses():
-    loader = ResumableDataLoader(Squares(8), batch_size=4, shuffle=True)
+    loader = ResumableDataLoader(Squares(8), batch_size=4, shuffle=True, seed=0)
     orders = [flatten(loader) for _ in range(3)]
     assert orders == [EpochOrder(8, 0, e, shuffle=True).indices(torch.arange(8)) for e in range(3)]
     loader.set_epoch(7)
@@ -297,16 +318,21 @@ def test_set_epoch_of_the_epoch_in_progress_keeps_its_position():
     assert flatten(resumed) == list(range(3, 12))
 
 
-def test_set_epoch_warns_when_it_abandons_or_replays_nothing():
+def test_set_epoch_warns_when_it_abandons_and_keeps_a_loaded_position():
     loader = ResumableDataLoader(Squares(12), batch_size=3)
     next(iter(loader))
     with pytest.warns(UserWarning, match=re.escape("set_epoch(1) abandons epoch 0 after 1 batches")):
         loader.set_epoch(1)
-    list(loader)
-    with pytest.warns(UserWarning, match=re.escape("epoch 1 is already finished, iterating it yields no batches")):
-        loader.set_epoch(1)
-    assert list(loader) == []
-    assert loader.epoch == 2
+    iterator = iter(loader)
+    while len(loader) - loader.state_dict()["rank_0"]["progress"][FIELDS.index("batches_consumed")]:
+        next(iterator)
+    resumed = ResumableDataLoader(Squares(12), batch_size=3)
+    resumed.load_state_dict(loader.state_dict())
+    resumed.set_epoch(1)  # the loaded position: the end of epoch 1
+    assert list(resumed) == []
+    assert resumed.epoch == 2
+    loader.set_epoch(1)  # not resumed: a fresh pass of epoch 1, as DistributedSampler.set_epoch
+    assert flatten(loader) == list(range(12))
 
 
 def test_distributed_sampler_gets_its_epoch():
@@ -421,7 +447,7 @@ def _state(**kwargs) -> dict:
     "saved, loader_kwargs, message",
     [
         (dict(length=21), dict(), "loader state was saved for a dataset of 21 samples; this loader's dataset has 20"),
-        (dict(seed=1), dict(), "loader state was saved with seed 1; this loader has seed 0"),
+        (dict(seed=1), dict(seed=0), "loader state was saved with seed 1; this loader has seed 0"),
         (dict(shuffle=True), dict(), "loader state was saved with shuffle=True; this loader has shuffle=False"),
         (
             dict(drop_last=True),

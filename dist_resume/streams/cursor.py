@@ -20,14 +20,14 @@ import dataclasses
 import itertools
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..seeds import SampleSeeder, derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
-from ..worker_roles import Tagged, is_stateful, play_role
+from ..worker_roles import Tagged, is_stateful, play_role, state_now
 from .sharded import SHARD_END, ShardedStream
 from .stream_state import KIND_WORDS, META as _META, SHARD_KIND as _SHARD_KIND, SNAPSHOT_KIND as _SNAPSHOT_KIND
 from .stream_state import read_meta, role_items, shard_counts
@@ -38,24 +38,47 @@ STREAM_KEY = "stream"
 # -- worker side ------------------------------------------------------------------
 
 
+def _drawn(iterator: Iterator[Any]) -> Iterator[Any]:
+    # Only next() from here on: an iterator's __iter__ may restart it (one that is its own
+    # dataset), and items are never compared with anything (numpy arrays cannot be).
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item
+
+
+class Snapshot(NamedTuple):
+    """A role's saved state: of the iterator `iter(dataset)` returned when that is
+    stateful (loaded after `iter()`, as torchdata does), else of the dataset (loaded before)."""
+
+    of_iterator: bool
+    state: Any
+
+
 class _SnapshotReader:
     """A role's stream of any IterableDataset, from its snapshot and items to skip."""
 
-    def __init__(self, dataset: IterableDataset, snapshot: Any, skip: int, every: int) -> None:
-        self._dataset = dataset
-        self._every = every if is_stateful(dataset) else 0
+    def __init__(self, dataset: IterableDataset, snapshot: Snapshot | None, skip: int, every: int) -> None:
         self._batches = 0
-        if snapshot is not None:
-            dataset.load_state_dict(snapshot)
-        self.items = iter(dataset)
+        if snapshot is not None and not snapshot.of_iterator:
+            dataset.load_state_dict(snapshot.state)
+        iterator = iter(dataset)
+        self._of_iterator = is_stateful(iterator)
+        self._source = iterator if self._of_iterator else dataset
+        self._every = every if is_stateful(self._source) else 0
+        if snapshot is not None and snapshot.of_iterator:
+            iterator.load_state_dict(snapshot.state)
+        self.items = _drawn(iterator)
         for _ in itertools.islice(self.items, skip):
             pass
 
-    def payload(self) -> Any:
-        """The dataset's state after this batch, every `every` batches; else None."""
+    def payload(self) -> Snapshot | None:
+        """The stream's state after this batch, every `every` batches; else None."""
         self._batches += 1
         if self._every and self._batches % self._every == 0:
-            return self._dataset.state_dict()
+            return Snapshot(self._of_iterator, state_now(self._source))
         return None
 
 
@@ -157,21 +180,26 @@ class _SnapshotRecords:
     kind = _SNAPSHOT_KIND
     elastic = False  # a role's stream cannot move to another world size or worker count
 
-    def __init__(self, dataset: IterableDataset, roles: int, every: int) -> None:
+    def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool) -> None:
         self._dataset = dataset
         self._roles = roles
         self._every = every
+        # num_workers=0: the dataset itself is the stream, and once it ran, its current
+        # state is where a role that yielded nothing yet stands (an epoch's start).
+        self._in_process = in_process and is_stateful(dataset)
+        self._ran = False
         self._records: list[tuple[Any, int]] = []
 
     def start_epoch(self) -> None:
-        # Every worker copy starts from the main process's dataset as it is now.
-        snapshot = self._dataset.state_dict() if is_stateful(self._dataset) else None
-        self._records = [(snapshot, 0)] * self._roles
+        # A new epoch iterates the dataset afresh, as torch's DataLoader does: no state is
+        # loaded into it (its own __iter__ decides where a new pass starts).
+        self._records = [(None, 0)] * self._roles
 
     def resume(self, epoch: int, rank: int, world_size: int) -> _SnapshotResume:
         return _SnapshotResume(list(self._records), self._every)
 
     def record(self, tagged: Tagged) -> None:
+        self._ran = True
         snapshot, items = self._records[tagged.role]
         self._records[tagged.role] = (tagged.payload, 0) if tagged.payload is not None else (snapshot, items + tagged.items)
 
@@ -180,16 +208,25 @@ class _SnapshotRecords:
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
-        for role, (snapshot, _) in enumerate(self._records):
+        of_iterator = []
+        for role, (snapshot, items) in enumerate(self._records):
+            if snapshot is None and not items and self._in_process and self._ran:
+                snapshot = Snapshot(False, state_now(self._dataset))
+            of_iterator.append(int(snapshot is not None and snapshot.of_iterator))
             if snapshot is not None:
-                state[f"snapshot_{role}"] = snapshot
+                state[f"snapshot_{role}"] = snapshot.state
+        state["of_iterator"] = torch.tensor(of_iterator, dtype=torch.int64)
         return state
 
     def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
         ((where, own),) = entries.items()
         items = role_items(own, where, self._roles)
-        self._records = [(own.get(f"snapshot_{role}"), count) for role, count in enumerate(items)]
-        if not is_stateful(self._dataset) and any(items):
+        of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
+        self._records = [
+            (Snapshot(bool(of_iterator[role]), own[f"snapshot_{role}"]) if f"snapshot_{role}" in own else None, count)
+            for role, count in enumerate(items)
+        ]
+        if not is_stateful(self._dataset) and any(count and snapshot is None for snapshot, count in self._records):
             warnings.warn(
                 f"ResumableDataLoader: {type(self._dataset).__name__} has no state_dict/load_state_dict, so each "
                 f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
@@ -250,7 +287,7 @@ class StreamCursor:
         if isinstance(dataset, ShardedStream):
             self._records: _SnapshotRecords | _ShardRecords = _ShardRecords(dataset)
         else:
-            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every)
+            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0)
         self._last_role = -1  # role of the last yielded batch of the epoch, -1 before the first
         self._records.start_epoch()
 

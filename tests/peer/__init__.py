@@ -1,0 +1,1 @@
+"""Run other projects' DataLoader test suites against ResumableDataLoader (see run.py)."""
