@@ -17,6 +17,7 @@ from .errors import (
     UnsafeCheckpointError,
 )
 from .loader import ResumableDataLoader
+from .mixtures import Mixture
 from .remap import PlannedBatch, ResumePlan, plan_resume
 from .streams import ShardedStream
 from .state import ResumeStateError
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "Mixture",
     "PlannedBatch",
     "ResumableDataLoader",
     "ResumePlan",

@@ -53,6 +53,7 @@ class Identity:
     drop_last: bool
     even_batches: bool
     sampling: Sampling
+    dataset_digest: int = 0  # what a dataset that owns its order indexes (dist_resume.dataset_order)
 
     def describe_mode(self) -> str:
         return f"drop_last={self.drop_last}, even_batches={self.even_batches}"
@@ -78,6 +79,7 @@ class RankState:
     samples_consumed: int
     epoch_finished: int
     plan_digest: int
+    dataset_digest: int = 0
 
     @property
     def identity(self) -> Identity:
@@ -88,6 +90,7 @@ class RankState:
             bool(self.drop_last),
             bool(self.even_batches),
             Sampling(self.sampling),
+            self.dataset_digest,
         )
 
     def to_tensor(self) -> torch.Tensor:
@@ -189,6 +192,11 @@ class SavedStates:
                 f"loader state was saved with sampling by {_SAMPLING_WORDS[saved.sampling]}; "
                 f"this loader samples by {_SAMPLING_WORDS[identity.sampling]}"
             )
+        if saved.dataset_digest != identity.dataset_digest:
+            raise ResumeStateError(
+                f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
+                f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
+            )
 
 
 _SAMPLING_WORDS = {
@@ -206,6 +214,7 @@ _SHARED_FIELDS = (
     "drop_last",
     "even_batches",
     "sampling",
+    "dataset_digest",
     "world_size",
     "batch_size",
     "global_batch",
