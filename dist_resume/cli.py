@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from dist_resume.checkpoint import list_checkpoints, read_loader_states
 from dist_resume.errors import CheckpointError
+from dist_resume.mixtures.inspection import describe as describe_mixture
 from dist_resume.remap import plan_resume
 from dist_resume.state import ResumeStateError, decode
 
@@ -130,6 +131,8 @@ def _inspect(args: argparse.Namespace) -> int:
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
               f"= {rank_state.samples_consumed} samples consumed this epoch")
+    for line in describe_mixture(state, saved):
+        print(line)
     return 0
 
 

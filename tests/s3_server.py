@@ -63,3 +63,10 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem().mkdir(bucket)
     return f"s3://{bucket}"
+
+
+@pytest.fixture
+def s3_store(s3_bucket: str) -> str:
+    """Where the Mixture tests store checkpoints: the moto bucket (the integrator may
+    parametrize it over more S3 servers)."""
+    return s3_bucket

@@ -98,7 +98,7 @@ class Mixture(Dataset):
 
     def window_bound(self, name: str) -> int:
         """Over any window of a stage, `|count of name - share * window| <` this."""
-        return self.schedule.depth_of(self.names.index(name))
+        return self.schedule.window_bound(self.names.index(name))
 
     def progress(self, at: int | Mapping[str, Any]) -> dict[str, SourceProgress]:
         """Per source, its draws before run position `at`, or before the frontier of a loader

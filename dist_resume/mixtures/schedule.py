@@ -81,9 +81,10 @@ class Schedule:
     def stage_index(self, position: int) -> int:
         return bisect.bisect_right(self.starts, position) - 1
 
-    def depth_of(self, source: int) -> int:
-        """The per-window bound of `source` in every stage (see `split_tree`)."""
-        return max(tree.depth_of(source) for tree in self._trees)
+    def window_bound(self, source: int) -> int:
+        """Over any window inside a stage, `|count of source - share * window| <` this
+        (see `split_tree`; a lone source's count is exact)."""
+        return max(1, *(tree.depth_of(source) for tree in self._trees))
 
     def draws_before(self, position: int) -> list[int]:
         """Draws of each source among run positions `[0, position)`."""
