@@ -83,10 +83,10 @@ class Mixture(Dataset):
     def __getitem__(self, key: tuple[int, int] | int) -> Any:
         """`mixture[(source, index)]` reads a source; `mixture[p]` reads run position `p`
         with every source in its natural order (what a plain DataLoader sees)."""
-        if isinstance(key, tuple):
-            source, index = key
-            return self._sources[source][index]
-        ((source, index),) = self.keys([key])
+        try:
+            source, index = key  # the loader's keys: unpacking is the cheapest test
+        except TypeError:
+            ((source, index),) = self.keys([key])
         return self._sources[source][index]
 
     def keys(self, positions: Sequence[int] | torch.Tensor, seed: int = 0, shuffle: bool = False) -> list[tuple[int, int]]:

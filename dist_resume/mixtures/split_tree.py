@@ -10,7 +10,8 @@ positions of its source.
 
 Bound: over any window of `W` consecutive positions of a stage, source `s` has
 `|count - w_s * W| < depth(s)`, `depth(s)` being its depth in the tree (at most
-`ceil(log2(sources))`): < 1 for two sources, < 2 for three or four, < 3 up to eight. At one
+`ceil(log2(sources))`): < 1 for two sources, < 2 for three or four, < 3 up to eight (a
+lone source, depth 0, has exactly `W`). At one
 node the rounding term `(left * n + phase) // total - left * n / total` lies in a
 half-open interval of width below one, so a window's count deviates by less than one
 plus the ratio times the parent's window deviation.
