@@ -46,10 +46,16 @@ def save_definition(dataset: Any, state_dict: dict[str, Any]) -> None:
         state_dict[DEFINITION_KEY] = torch.tensor(dataset.definition_state(), dtype=torch.int64)
 
 
+def saved_definition(state_dict: Mapping[str, Any]) -> list[int] | None:
+    """The dataset definition a loader state holds, None if it holds none."""
+    values = state_dict.get(DEFINITION_KEY)
+    if values is None:
+        return None
+    if not (isinstance(values, torch.Tensor) and values.dtype == torch.int64 and values.dim() == 1):
+        raise ResumeStateError(f"loader state's {DEFINITION_KEY!r} is not a 1-D int64 tensor")
+    return values.tolist()
+
+
 def resume_definition(dataset: Any, state_dict: Mapping[str, Any], saved: SavedStates) -> None:
     if owns_order(dataset):
-        values = state_dict.get(DEFINITION_KEY)
-        if values is not None and not (isinstance(values, torch.Tensor) and values.dtype == torch.int64
-                                       and values.dim() == 1):
-            raise ResumeStateError(f"loader state's {DEFINITION_KEY!r} is not a 1-D int64 tensor")
-        dataset.resume_definition(None if values is None else values.tolist(), saved)
+        dataset.resume_definition(saved_definition(state_dict), saved)

@@ -214,3 +214,16 @@ def test_hugging_face_datasets_are_sources() -> None:
 def test_a_bad_definition_is_one_clear_error(sources, weights, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Mixture(sources, weights)
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda values: values[:-1], "loader state's mixture definition is malformed"),
+    (lambda values: torch.cat([values, torch.tensor([7])]), "loader state's mixture definition is malformed"),
+    (lambda values: values.float(), "loader state's 'dataset_definition' is not a 1-D int64 tensor"),
+])
+def test_G6_a_malformed_definition_is_one_clear_error(corrupt, message: str) -> None:
+    loader = _loader(mixture())
+    state = loader.state_dict()
+    state["dataset_definition"] = corrupt(state["dataset_definition"])
+    with pytest.raises(ResumeStateError, match=f"^{message}$"):
+        _loader(mixture()).load_state_dict(state)

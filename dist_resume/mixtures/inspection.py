@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
-from ..dataset_order import DEFINITION_KEY
-from ..state import ResumeStateError, SavedStates
+from ..dataset_order import saved_definition
+from ..state import SavedStates
 from .definition import Definition
 from .progress import frontier, source_progress
 from .schedule import Schedule
@@ -17,12 +15,10 @@ from .schedule import Schedule
 def describe(state_dict: Mapping[str, Any], saved: SavedStates) -> list[str]:
     """Lines on the mixture of a loader state: its stages, the run position reached and,
     per source, the draws before it and the source-epoch they are in; [] if no mixture."""
-    values = state_dict.get(DEFINITION_KEY)
+    values = saved_definition(state_dict)
     if values is None:
         return []
-    if not isinstance(values, torch.Tensor) or values.dtype != torch.int64:
-        raise ResumeStateError(f"loader state's {DEFINITION_KEY!r} is not an int64 tensor")
-    definition = Definition.decode(values.tolist())
+    definition = Definition.decode(values)
     position = frontier(saved)
     length = saved.any.dataset_length
     lines = [f"  mixture of {len(definition.names)} sources, weights (quotas) {definition.describe_stages()}",
