@@ -10,12 +10,12 @@ A dataset takes part by defining all four of:
 - `definition_digest()`: an int that a state must share with the loader (G6);
 - `resume_definition(values, saved)`: called by `load_state_dict` before the identity
   check with the saved definition (None if the state has none) and the decoded states;
-  raises `ResumeStateError` or adopts it.
+  raises `ResumeStateError`, or returns what to apply once the whole state is accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -56,6 +56,8 @@ def saved_definition(state_dict: Mapping[str, Any]) -> list[int] | None:
     return values.tolist()
 
 
-def resume_definition(dataset: Any, state_dict: Mapping[str, Any], saved: SavedStates) -> None:
+def resume_definition(dataset: Any, state_dict: Mapping[str, Any], saved: SavedStates) -> Callable[[], None]:
+    """Checks the saved definition against the dataset's; returns what adopts it."""
     if owns_order(dataset):
-        dataset.resume_definition(saved_definition(state_dict), saved)
+        return dataset.resume_definition(saved_definition(state_dict), saved)
+    return lambda: None

@@ -414,8 +414,9 @@ class ResumableDataLoader(DataLoader):
         rank's entry, or the entries of every saved rank (needed when the world size or the
         batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
         saved = decode(state_dict)
-        resume_definition(self.dataset, state_dict, saved)
+        adopt_definition = resume_definition(self.dataset, state_dict, saved)
         saved.check_identity(self.identity)
+        adopt_definition()
         if self._stream is not None:
             own = self._stream.load(state_dict, saved, self.rank, self.world_size)
             self._progress = _Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,

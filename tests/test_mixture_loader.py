@@ -227,3 +227,13 @@ def test_G6_a_malformed_definition_is_one_clear_error(corrupt, message: str) -> 
     state["dataset_definition"] = corrupt(state["dataset_definition"])
     with pytest.raises(ResumeStateError, match=f"^{message}$"):
         _loader(mixture()).load_state_dict(state)
+
+
+def test_a_refused_state_leaves_a_reweighting_mixture_as_it_was() -> None:
+    """A state refused for another reason (here its seed) does not re-weight the mixture."""
+    state, _ = _rank_states(mixture, [3, 3], 2)
+    mix = mixture({"web": 1, "code": 1, "books": 1}, reweight=True)
+    requested = mix.schedule
+    with pytest.raises(ResumeStateError, match="loader state was saved with seed 5; this loader has seed 6"):
+        _loader(mix, seed=6, even_batches=False).load_state_dict(state)
+    assert mix.schedule == requested

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -117,7 +117,7 @@ class Mixture(Dataset):
     def definition_digest(self) -> int:
         return self.definition.sources_digest()
 
-    def resume_definition(self, values: list[int] | None, saved: SavedStates) -> None:
+    def resume_definition(self, values: list[int] | None, saved: SavedStates) -> Callable[[], None]:
         if values is None:
             raise ResumeStateError("loader state was saved without a Mixture; this loader's dataset is a Mixture")
         theirs = Definition.decode(values)
@@ -129,7 +129,7 @@ class Mixture(Dataset):
             )
         saved_schedule = Schedule(theirs.stages)
         if saved_schedule == self.schedule:
-            return
+            return lambda: None
         if not self.reweight:
             raise ResumeStateError(
                 f"loader state was saved with Mixture weights {theirs.describe_stages()}; this Mixture has "
@@ -137,4 +137,9 @@ class Mixture(Dataset):
                 "weights from the resume position on"
             )
         saved.require_complete("changing a Mixture's weights")
-        self.schedule = saved_schedule.rebased(self._requested, frontier(saved))
+        merged = saved_schedule.rebased(self._requested, frontier(saved))
+
+        def adopt() -> None:
+            self.schedule = merged
+
+        return adopt
