@@ -4,6 +4,7 @@ Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
 
     {ELASTIC_GUARD_KEY: int64[N, K, 0] (no elements),  # replicated
      "plan": int64[K],                              # replicated: the elastic plan, [] if none
+     "dataset_definition": int64[D],                # replicated, for a Mixture only (dataset_order)
      "rank_r": {"progress": int64[len(FIELDS)],     # this rank's own entry
                 "sampler": ...}}                    # a stateful user sampler's state, if any
 """
