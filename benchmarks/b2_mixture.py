@@ -28,7 +28,7 @@ def run(quick: bool) -> list[FigureResult]:
     result = FigureResult("B2-mixture", f"time to first batch, {LENGTH:,}-position 3-source mixture, 3 stages, "
                           f"batch {BATCH} (lower is better)", "s", log_scale=True)
     mix = mixture()
-    reps = 10 if quick else 30
+    reps = 10 if quick else 60
     total = LENGTH // BATCH
     cases = {"fresh": lambda: first_batch(make(OURS, mix))}
     for fraction in POSITIONS:
