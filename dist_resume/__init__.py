@@ -17,11 +17,12 @@ from .errors import (
     UnsafeCheckpointError,
 )
 from .loader import ResumableDataLoader
+from .mixtures import Mixture
 from .remap import PlannedBatch, ResumePlan, plan_resume
 from .sample_rng import sample_generator, sample_seed
-from .streams import ShardedStream
 from .state import ResumeStateError
 from .state_json import state_from_json, state_to_json
+from .streams import ShardedStream
 from .train_state import TrainState
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "Mixture",
     "PlannedBatch",
     "ResumableDataLoader",
     "ResumePlan",

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from dist_resume.checkpoint import list_checkpoints, read_loader_states
 from dist_resume.errors import CheckpointError
+from dist_resume.mixtures.inspection import describe as describe_mixture
 from dist_resume.remap import ResumePlan, plan_resume
 from dist_resume.state import MAX_WORLD_SIZE, RankState, ResumeStateError, decode
 
@@ -85,7 +86,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _demo(args: argparse.Namespace) -> int:
     from dist_resume.demo.job import JobError
-    from dist_resume.demo.run import DemoConfig, DemoError, default_checkpoint, default_workdir, run_demo
+    from dist_resume.demo.run import (
+        DemoConfig,
+        DemoError,
+        default_checkpoint,
+        default_workdir,
+        run_demo,
+    )
 
     workdir = args.workdir or default_workdir()
     config = DemoConfig(workdir=workdir, checkpoint=args.checkpoint or default_checkpoint(workdir),
@@ -138,6 +145,8 @@ def _inspect(args: argparse.Namespace) -> int:
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
               f"= {rank_state.samples_consumed} samples consumed this epoch")
+    for line in describe_mixture(state, saved):
+        print(line)
     return 0
 
 

@@ -168,6 +168,15 @@ class Plan:
             return self.levels[0].base
         return None
 
+    def frontier(self, slots: int) -> int:
+        """A position past every position that earlier jobs consumed of this epoch and past
+        those of the stream's slots `[0, slots)`: every position from it on is the
+        position of a slot `>= slots`."""
+        position = slots
+        for bound in reversed(self._bound):
+            position = bound.level.base + bound.tail_start + max(0, position - bound.catch_up)
+        return position
+
     def runs(self, start: int, stop: int) -> list[tuple[int, int]]:
         """Positions of slots `[start, stop)`, as (first, count) runs in slot order."""
         runs = [(start, stop - start)] if stop > start else []

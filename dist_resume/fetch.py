@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from torch.utils.data import Dataset
 
 from .generators import NAMES, generators
-from .sample_rng import SampleRandomness, CONTEXT
+from .sample_rng import CONTEXT, SampleRandomness
 from .seeds import derive_seed, derive_seeds
 from .worker_roles import Tagged, is_stateful, state_now
 

@@ -13,11 +13,16 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from .dataset_order import (
+    definition_digest,
+    position_order,
+    resume_definition,
+    save_definition,
+)
 from .dataset_state import DATASET_KEY, DatasetStates, TaggingCollate
 from .elastic_plan import Plan, rank_positions
 from .fetch import BatchRequest, SeededDataset, SingleSample
 from .layout import Layout, TailMode
-from .order import EpochOrder
 from .remap import resume_rank
 from .sample_rng import parse_choice
 from .sampler_rng import SAMPLER_RNG_KEY, SamplerRandomness
@@ -228,7 +233,8 @@ class ResumableDataLoader(DataLoader[_T_co]):
 
     @property
     def identity(self) -> Identity:
-        return Identity(self._dataset_length, self.seed, self.shuffle, self.drop_last, self.even_batches, self._sampling)
+        return Identity(self._dataset_length, self.seed, self.shuffle, self.drop_last, self.even_batches, self._sampling,
+                        definition_digest(self.dataset))
 
     def _layout(self, progress: _Progress) -> Layout:
         return Layout(progress.plan.length, self.world_size, self._rank_batch_size, self._mode)
@@ -371,7 +377,7 @@ class ResumableDataLoader(DataLoader[_T_co]):
 
     def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:
         layout = Layout(plan.length, self.world_size, self._rank_batch_size, self._mode)
-        order = EpochOrder(self._dataset_length, self.seed, epoch, self.shuffle)
+        order = position_order(self.dataset, self._dataset_length, self.seed, epoch, self.shuffle)
         total = layout.num_batches(self.rank)
         per_chunk = max(1, _POSITIONS_PER_CHUNK // layout.batch_size)
         for first in range(first_batch, total, per_chunk):
@@ -455,11 +461,13 @@ class ResumableDataLoader(DataLoader[_T_co]):
             samples_consumed=progress.samples,
             epoch_finished=int(progress.finished),
             plan_digest=plan_digest(self._plan_values),
+            dataset_digest=definition_digest(self.dataset),
         )
         sampler_state = None
         if callable(getattr(self._user_sampler, "state_dict", None)):
             sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
         state_dict = encode(state, self._plan_values, sampler_state)
+        save_definition(self.dataset, state_dict)
         if self._stream is not None:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
@@ -477,7 +485,9 @@ class ResumableDataLoader(DataLoader[_T_co]):
         self._dataset_length = self._current_length()
         if not self._seed_given:
             self.seed = saved.any.seed
+        adopt_definition = resume_definition(self.dataset, state_dict, saved)
         saved.check_identity(self.identity)
+        adopt_definition()
         if self._stream is not None:
             own = self._stream.load(state_dict, saved, self.rank, self.world_size)
             self._progress = _Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,

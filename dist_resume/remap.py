@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import Layout, TailMode
-from .state import ResumeStateError, SavedStates, Sampling, decode
 from .elastic_plan import Plan, rank_positions
+from .layout import Layout, TailMode
+from .state import ResumeStateError, Sampling, SavedStates, decode
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
 
     {ELASTIC_GUARD_KEY: int64[N, K, 0] (no elements),  # replicated
      "plan": int64[K],                              # replicated: the elastic plan, [] if none
+     "dataset_definition": int64[D],                # replicated, for a Mixture only (dataset_order)
      "rank_r": {"progress": int64[len(FIELDS)],     # this rank's own entry
                 "sampler": ...}}                    # a stateful user sampler's state, if any
 """
@@ -55,6 +56,7 @@ class Identity:
     drop_last: bool
     even_batches: bool
     sampling: Sampling
+    dataset_digest: int = 0  # what a dataset that owns its order indexes (dist_resume.dataset_order)
 
     def describe_mode(self) -> str:
         return f"drop_last={self.drop_last}, even_batches={self.even_batches}"
@@ -80,6 +82,7 @@ class RankState:
     samples_consumed: int
     epoch_finished: int
     plan_digest: int
+    dataset_digest: int = 0
 
     @property
     def identity(self) -> Identity:
@@ -90,6 +93,7 @@ class RankState:
             bool(self.drop_last),
             bool(self.even_batches),
             Sampling(self.sampling),
+            self.dataset_digest,
         )
 
     def to_tensor(self) -> torch.Tensor:
@@ -191,6 +195,11 @@ class SavedStates:
                 f"loader state was saved with sampling by {_SAMPLING_WORDS[saved.sampling]}; "
                 f"this loader samples by {_SAMPLING_WORDS[identity.sampling]}"
             )
+        if saved.dataset_digest != identity.dataset_digest:
+            raise ResumeStateError(
+                f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
+                f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
+            )
 
 
 _SAMPLING_WORDS = {
@@ -208,6 +217,7 @@ _SHARED_FIELDS = (
     "drop_last",
     "even_batches",
     "sampling",
+    "dataset_digest",
     "world_size",
     "batch_size",
     "global_batch",

@@ -22,7 +22,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
-from torch.distributed.checkpoint._fsspec_filesystem import FileSystem, FsspecReader, FsspecWriter
+from torch.distributed.checkpoint._fsspec_filesystem import (
+    FileSystem,
+    FsspecReader,
+    FsspecWriter,
+)
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from dist_resume.errors import StorageError

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dist_resume.elastic_plan import Plan
 from dist_resume.layout import Layout, TailMode
 from dist_resume.remap import ResumePlan
-from dist_resume.state import FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
-from dist_resume.elastic_plan import Plan
+from dist_resume.state import (
+    FORMAT_VERSION,
+    RankState,
+    Sampling,
+    encode,
+    plan_digest,
+    rank_key,
+)
 
 
 def job_states(

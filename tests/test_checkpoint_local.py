@@ -17,7 +17,11 @@ from dist_resume.checkpoint import (
     save_checkpoint,
     step_dir_name,
 )
-from dist_resume.errors import CheckpointCorruptError, CheckpointExistsError, CheckpointNotFoundError
+from dist_resume.errors import (
+    CheckpointCorruptError,
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+)
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import ResumeStateError
 from tests.elastic_standin import StandInLoader

@@ -9,7 +9,6 @@ import json
 import weakref
 
 import numpy
-
 import pytest
 import torch
 from torch.utils.data import (
@@ -22,7 +21,12 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from dist_resume import ResumableDataLoader, ResumeStateError, state_from_json, state_to_json
+from dist_resume import (
+    ResumableDataLoader,
+    ResumeStateError,
+    state_from_json,
+    state_to_json,
+)
 
 from .datasets import Squares, flatten
 from .test_loader import _resume_after

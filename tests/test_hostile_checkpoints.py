@@ -21,7 +21,13 @@ from dist_resume.checkpoint import read_loader_states, save_checkpoint, step_dir
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import RankState, encode, plan_digest
-from tests.hostile_files import archive, edit_metadata, outcome, replace_stored, run_fenced
+from tests.hostile_files import (
+    archive,
+    edit_metadata,
+    outcome,
+    replace_stored,
+    run_fenced,
+)
 from tests.s3_server import free_port
 
 

@@ -13,7 +13,15 @@ from dist_resume import ResumableDataLoader, ResumeStateError, plan_resume
 from dist_resume.streams import ShardedStream
 
 from .s3_server import s3_bucket, s3_endpoint  # noqa: F401
-from .stream_jobs import all_items, flat, make_loader, make_stream, read_jsonl, run_job, write_shards
+from .stream_jobs import (
+    all_items,
+    flat,
+    make_loader,
+    make_stream,
+    read_jsonl,
+    run_job,
+    write_shards,
+)
 
 
 @pytest.fixture

@@ -10,7 +10,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dist_resume import ResumableDataLoader, ResumeStateError, load_checkpoint, save_checkpoint
+from dist_resume import (
+    ResumableDataLoader,
+    ResumeStateError,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 from .test_loader import assert_same_batches
 from .tutorial_datasets import Counting, MyIterableDataset, MySampler, NoisyRange

@@ -31,7 +31,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dist_resume import ResumableDataLoader, TrainState, load_checkpoint, save_checkpoint
+from dist_resume import (
+    ResumableDataLoader,
+    TrainState,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.records import EpochPositions, Recorder, start_run
 

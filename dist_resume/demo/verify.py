@@ -12,7 +12,13 @@ import os
 from dataclasses import dataclass, field
 
 from dist_resume.demo.data import SyntheticDataset
-from dist_resume.demo.records import EpochPositions, Run, StepRecord, fingerprint, read_runs
+from dist_resume.demo.records import (
+    EpochPositions,
+    Run,
+    StepRecord,
+    fingerprint,
+    read_runs,
+)
 from dist_resume.loader import ResumableDataLoader
 
 # (epoch, position) -> fingerprint of the augmented sample, per global step

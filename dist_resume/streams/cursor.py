@@ -29,8 +29,10 @@ from ..seeds import SampleSeeder, derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
 from ..worker_roles import Tagged, is_stateful, play_role, state_now
 from .sharded import SHARD_END, ShardedStream
-from .stream_state import KIND_WORDS, META as _META, SHARD_KIND as _SHARD_KIND, SNAPSHOT_KIND as _SNAPSHOT_KIND
-from .stream_state import read_meta, role_items, shard_counts
+from .stream_state import KIND_WORDS, read_meta, role_items, shard_counts
+from .stream_state import META as _META
+from .stream_state import SHARD_KIND as _SHARD_KIND
+from .stream_state import SNAPSHOT_KIND as _SNAPSHOT_KIND
 
 STREAM_KEY = "stream"
 

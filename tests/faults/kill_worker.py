@@ -59,7 +59,12 @@ def main(args: dict[str, Any]) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from dist_resume import ResumableDataLoader, TrainState, load_checkpoint, save_checkpoint
+    from dist_resume import (
+        ResumableDataLoader,
+        TrainState,
+        load_checkpoint,
+        save_checkpoint,
+    )
     from tests.datasets import Indices
 
     warnings.filterwarnings("ignore")

@@ -24,7 +24,12 @@ import fsspec
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from dist_resume import CheckpointError, ResumableDataLoader, load_checkpoint, save_checkpoint
+from dist_resume import (
+    CheckpointError,
+    ResumableDataLoader,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dist_resume.checkpoint import MARKER, step_dir_name
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state import FIELDS, ResumeStateError

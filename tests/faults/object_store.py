@@ -15,7 +15,13 @@ import pytest
 import s3fs
 import torch
 
-from dist_resume import CheckpointError, ResumableDataLoader, list_checkpoints, load_checkpoint, save_checkpoint
+from dist_resume import (
+    CheckpointError,
+    ResumableDataLoader,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dist_resume.checkpoint import MARKER, step_dir_name
 from tests.faults.proxy import FAILING_KINDS, FaultProxy
 from tests.faults.summary import Summary

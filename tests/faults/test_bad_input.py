@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-from dist_resume import ResumableDataLoader, ResumeStateError, StorageError, load_checkpoint, save_checkpoint
+from dist_resume import (
+    ResumableDataLoader,
+    ResumeStateError,
+    StorageError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dist_resume.state import FIELDS
 
 DATASET_LEN = 20

@@ -1,0 +1,74 @@
+"""A mixture's definition as int64 values: saved in the loader state (G8: plain integers),
+so a resume can check it (G6) and `dist-resume inspect` can count draws without the data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..seeds import derive_seed
+from ..state import ResumeStateError
+from .schedule import Stage
+from .source_orders import name_key
+
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Definition:
+    """Source names and lengths, and the stages of weights (as integer quotas)."""
+
+    names: tuple[str, ...]
+    lengths: tuple[int, ...]
+    stages: tuple[Stage, ...]
+
+    def sources_digest(self) -> int:
+        """Digest of what positions index: the sources' names and lengths (not the weights,
+        which a reweighting resume may change)."""
+        return derive_seed(len(self.names), *(name_key(name) for name in self.names), *self.lengths)
+
+    def encode(self) -> list[int]:
+        """`[version, S, lengths x S, name bytes count, UTF-8 bytes of the names joined by
+        NUL, K, (start, quotas x S) x K]`."""
+        text = "\0".join(self.names).encode()
+        values = [_VERSION, len(self.names), *self.lengths, len(text), *text, len(self.stages)]
+        for stage in self.stages:
+            values += [stage.start, *stage.quotas]
+        return values
+
+    @classmethod
+    def decode(cls, values: list[int]) -> Definition:
+        try:
+            if values[0] != _VERSION:
+                raise ResumeStateError(f"mixture definition has version {values[0]}; this dist_resume reads {_VERSION}")
+            count = values[1]
+            lengths = tuple(values[2 : 2 + count])
+            cursor = 2 + count
+            text_length = values[cursor]
+            names = tuple(bytes(values[cursor + 1 : cursor + 1 + text_length]).decode().split("\0"))
+            cursor += 1 + text_length
+            stages = []
+            for _ in range(values[cursor]):
+                start, quotas = values[cursor + 1], tuple(values[cursor + 2 : cursor + 2 + count])
+                if len(quotas) != count:
+                    raise IndexError
+                stages.append(Stage(start, quotas))
+                cursor += 1 + count
+            starts = [stage.start for stage in stages]
+            valid = (len(names) == count == len(lengths) and cursor + 1 == len(values) and starts[0] == 0
+                     and all(a < b for a, b in zip(starts, starts[1:])) and min(lengths) > 0
+                     and all(min(s.quotas) >= 0 and sum(s.quotas) > 0 for s in stages))
+        except (IndexError, ValueError):
+            valid = False
+        if not valid:
+            raise ResumeStateError("loader state's mixture definition is malformed")
+        return cls(names, lengths, tuple(stages))
+
+    def describe_sources(self) -> str:
+        return ", ".join(f"{name!r} ({length} samples)" for name, length in zip(self.names, self.lengths))
+
+    def describe_stages(self) -> str:
+        parts = []
+        for stage in self.stages:
+            weights = ", ".join(f"{name}: {quota}" for name, quota in zip(self.names, stage.quotas))
+            parts.append(f"from {stage.start}: {{{weights}}}")
+        return "; ".join(parts)

@@ -1,0 +1,30 @@
+"""What `dist-resume inspect` prints for a Mixture's loader state, without its datasets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..dataset_order import saved_definition
+from ..state import SavedStates
+from .definition import Definition
+from .progress import frontier, source_progress
+from .schedule import Schedule
+
+
+def describe(state_dict: Mapping[str, Any], saved: SavedStates) -> list[str]:
+    """Lines on the mixture of a loader state: its stages, the run position reached and,
+    per source, the draws before it and the source-epoch they are in; [] if no mixture."""
+    values = saved_definition(state_dict)
+    if values is None:
+        return []
+    definition = Definition.decode(values)
+    position = frontier(saved)
+    length = saved.any.dataset_length
+    lines = [f"  mixture of {len(definition.names)} sources, weights (quotas) {definition.describe_stages()}",
+             f"  run position {position} (epoch {position // length}, position {position % length}): "
+             "every consumed position is below it"]
+    for progress in source_progress(definition, Schedule(definition.stages), position).values():
+        lines.append(f"  source {progress.name!r}: {progress.draws} draws, in source-epoch {progress.epoch} "
+                     f"with {progress.within} of {progress.length} samples read")
+    return lines

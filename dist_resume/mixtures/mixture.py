@@ -1,0 +1,145 @@
+"""`Mixture`: a map-style dataset that blends named sources by weights, position by position."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from ..state import ResumeStateError, SavedStates, decode
+from .definition import Definition
+from .progress import SourceProgress, frontier, source_progress
+from .schedule import Schedule, WeightsOrStages, parse_stages
+from .source_orders import SourceOrders
+
+
+class MixtureOrder:
+    """The keys `(source, index)` that the positions of one loader epoch read."""
+
+    def __init__(self, schedule: Schedule, orders: SourceOrders, epoch_start: int) -> None:
+        self._schedule = schedule
+        self._orders = orders
+        self._epoch_start = epoch_start
+
+    def indices(self, positions: torch.Tensor) -> list[tuple[int, int]]:
+        sources, draws = self._schedule.assign(positions + self._epoch_start)
+        return list(zip(sources.tolist(), self._orders.indices(sources, draws).tolist()))
+
+
+class Mixture(Dataset):
+    """Named map-style sources blended by weights; position `p` of the run reads one sample
+    of one source, fixed by arithmetic on `p` and the weights (nothing is materialized).
+
+    - `weights`: `{name: weight}`, or stages `[(start, {name: weight}), ...]` (the first at
+      0) over the run's positions `epoch * length + p`. Over any `W` consecutive positions
+      of a stage, source `s` has `|count - w_s * W| < window_bound(s)` (1 for two sources,
+      2 for three or four; `w_s` its share of the stage's total weight).
+    - Each source is read in its own order: its `k`-th draw is position `k % len` of its
+      source-epoch `k // len` (a permutation seeded by the loader's seed and the source's
+      name when the loader has `shuffle=True`, else in order). No sample of a source
+      repeats before all of it was read; a stage change continues every source where it
+      was; a loader epoch continues them where the previous epoch left them.
+    - `length`: positions per loader epoch (default: the sum of the source lengths).
+    - `reweight`: a loader state saved with other weights or stages is refused (G6) unless
+      True; then the saved stages hold up to the resume position (past every consumed
+      position, see `progress.frontier`) and this mixture's weights from there on.
+
+    With `ResumableDataLoader` every loader guarantee holds: it reads positions through
+    `position_order` (the mixture's positions are never permuted), seeds each sample from
+    its position (G4) and saves the definition with its state.
+    """
+
+    def __init__(self, sources: Mapping[str, Dataset], weights: WeightsOrStages, length: int | None = None,
+                 *, reweight: bool = False) -> None:
+        if not isinstance(sources, Mapping) or not sources:
+            raise ValueError("Mixture needs a non-empty mapping {name: dataset} of sources")
+        for name in sources:
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise ValueError(f"Mixture source names must be non-empty strings without NUL, got {name!r}")
+        self.names = tuple(sources)
+        self.lengths = tuple(len(sources[name]) for name in self.names)
+        for name, source_length in zip(self.names, self.lengths):
+            if source_length < 1:
+                raise ValueError(f"Mixture source {name!r} is empty")
+        self._sources = [sources[name] for name in self.names]
+        if length is None:
+            length = sum(self.lengths)
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"Mixture length (positions per epoch) must be an int >= 1, got {length!r}")
+        self.length = length
+        self.reweight = reweight
+        self._requested = Schedule(parse_stages(weights, self.names))
+        self.schedule = self._requested
+
+    @property
+    def definition(self) -> Definition:
+        return Definition(self.names, self.lengths, self.schedule.stages)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: tuple[int, int] | int) -> Any:
+        """`mixture[(source, index)]` reads a source; `mixture[p]` reads run position `p`
+        with every source in its natural order (what a plain DataLoader sees)."""
+        try:
+            source, index = key  # the loader's keys: unpacking is the cheapest test
+        except TypeError:
+            ((source, index),) = self.keys([key])
+        return self._sources[source][index]
+
+    def keys(self, positions: Sequence[int] | torch.Tensor, seed: int = 0, shuffle: bool = False) -> list[tuple[int, int]]:
+        """`(source, index)` read at each run position, under a loader's `seed` and `shuffle`."""
+        positions = torch.as_tensor(positions, dtype=torch.int64)
+        if positions.numel() and int(positions.min()) < 0:
+            raise IndexError(f"Mixture positions must be >= 0, got {int(positions.min())}")
+        return self.position_order(seed, 0, shuffle).indices(positions)
+
+    def window_bound(self, name: str) -> int:
+        """Over any window of a stage, `|count of name - share * window| <` this."""
+        return self.schedule.window_bound(self.names.index(name))
+
+    def progress(self, at: int | Mapping[str, Any]) -> dict[str, SourceProgress]:
+        """Per source, its draws before run position `at`, or before the frontier of a loader
+        state (`loader.state_dict()`: past every position its ranks consumed)."""
+        position = at if isinstance(at, int) else frontier(decode(at))
+        return source_progress(self.definition, self.schedule, position)
+
+    # -- the ResumableDataLoader protocol (see dist_resume.dataset_order) ---------
+
+    def position_order(self, seed: int, epoch: int, shuffle: bool) -> MixtureOrder:
+        return MixtureOrder(self.schedule, SourceOrders(self.names, self.lengths, seed, shuffle), epoch * self.length)
+
+    def definition_state(self) -> list[int]:
+        return self.definition.encode()
+
+    def definition_digest(self) -> int:
+        return self.definition.sources_digest()
+
+    def resume_definition(self, values: list[int] | None, saved: SavedStates) -> Callable[[], None]:
+        if values is None:
+            raise ResumeStateError("loader state was saved without a Mixture; this loader's dataset is a Mixture")
+        theirs = Definition.decode(values)
+        ours = self.definition
+        if (theirs.names, theirs.lengths) != (ours.names, ours.lengths):
+            raise ResumeStateError(
+                f"loader state was saved for a Mixture of {theirs.describe_sources()}; "
+                f"this Mixture has {ours.describe_sources()}"
+            )
+        saved_schedule = Schedule(theirs.stages)
+        if saved_schedule == self.schedule:
+            return lambda: None
+        if not self.reweight:
+            raise ResumeStateError(
+                f"loader state was saved with Mixture weights {theirs.describe_stages()}; this Mixture has "
+                f"{ours.describe_stages()} (quotas per stage); pass reweight=True to Mixture to apply its "
+                "weights from the resume position on"
+            )
+        saved.require_complete("changing a Mixture's weights")
+        merged = saved_schedule.rebased(self._requested, frontier(saved))
+
+        def adopt() -> None:
+            self.schedule = merged
+
+        return adopt

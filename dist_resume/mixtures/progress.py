@@ -1,0 +1,58 @@
+"""How far a run has read each source: from a run position, or from a loader state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..elastic_plan import Plan
+from ..layout import TailMode
+from ..state import ResumeStateError, Sampling, SavedStates
+from .definition import Definition
+from .schedule import Schedule
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """Draws of one source before a run position: `draws` in total, which is source-epoch
+    `epoch` (`draws // length`) with `within` (`draws % length`) of its samples read."""
+
+    name: str
+    length: int
+    draws: int
+
+    @property
+    def epoch(self) -> int:
+        return self.draws // self.length
+
+    @property
+    def within(self) -> int:
+        return self.draws % self.length
+
+
+def source_progress(definition: Definition, schedule: Schedule, position: int) -> dict[str, SourceProgress]:
+    """Per source name, its draws among run positions `[0, position)`."""
+    draws = schedule.draws_before(position)
+    return {name: SourceProgress(name, length, count)
+            for name, length, count in zip(definition.names, definition.lengths, draws)}
+
+
+def frontier(saved: SavedStates) -> int:
+    """The run position (`epoch * epoch_length + p`) past every position that the saved
+    ranks, and the jobs before them, consumed, rounded up to the global step: every
+    position from it on is unconsumed. With every rank's entry it covers the whole job;
+    ranks that stopped after the same step (as DDP keeps them) give exact counts."""
+    first = saved.any
+    if Sampling(first.sampling) is not Sampling.EPOCH_ORDER:
+        raise ResumeStateError("a Mixture's run position is known only with the loader's own order (no custom sampler)")
+    mode = TailMode.of(bool(first.drop_last), bool(first.even_batches))
+    length = first.dataset_length
+    result = 0
+    for state in saved.ranks.values():
+        values = saved.plan_values if saved.plan_values and saved.plan_values[0] == state.epoch else []
+        try:
+            plan = Plan.decode(values, length, mode, state.epoch)
+        except ValueError as error:
+            raise ResumeStateError(f"loader state's elastic plan is invalid: {error}") from None
+        slots = plan.length if state.epoch_finished else min(plan.length, state.batches_consumed * state.global_batch)
+        result = max(result, state.epoch * length + plan.frontier(slots))
+    return result
