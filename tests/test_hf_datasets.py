@@ -55,3 +55,19 @@ def test_map_style_round_trip_mid_epoch_g1(make, num_workers):
     resumed.load_state_dict(state)
     assert head + _batches(resumed) == uninterrupted
     assert sorted(int(x) for batch in uninterrupted for x in batch) == list(range(40))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_iterable_dataset_one_epoch_round_trip_g1(num_workers):
+    def loader():
+        stream = datasets.Dataset.from_dict({"x": list(range(40))}).to_iterable_dataset(num_shards=4)
+        return ResumableDataLoader(stream.with_format("torch"), batch_size=4, num_workers=num_workers, snapshot_every=1)
+
+    uninterrupted = _batches(loader())
+    first = loader()
+    head = _batches(first, 3)
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert head + _batches(resumed) == uninterrupted
+    assert sorted(int(x) for batch in uninterrupted for x in batch) == list(range(40))
