@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
 from torch.distributed.checkpoint.planner import ReadItem
 
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
@@ -53,11 +53,21 @@ class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
+        # Some Pythons (Debian's 3.11.2, CPython 3.12+) pickle an enum member as
+        # getattr(its class, its name): admit exactly that, for DCP's own enum.
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
         # dtypes pickle as torch.<name>; torch is imported already, so looking the name
         # up runs nothing (an unknown module is never imported).
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise UnsafeCheckpointError(f"global '{module}.{name}' is not allowed")
+
+
+def _enum_member(cls: Any, name: str) -> Any:
+    if cls is not _MEM_FORMAT_ENCODING or not isinstance(name, str) or name not in _MEM_FORMAT_ENCODING.__members__:
+        raise UnsafeCheckpointError(f"getattr({cls!r}, {name!r}) is not allowed")
+    return _MEM_FORMAT_ENCODING[name]
 
 
 def unpickle_metadata(data: bytes, where: str) -> Metadata:

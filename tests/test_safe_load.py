@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import enum
+import io
 import os
+import pathlib
 import pickle
 import re
 from pathlib import Path
@@ -75,3 +78,39 @@ def test_not_metadata_is_refused() -> None:
         unpickle_metadata(pickle.dumps({"a": 1}), "x")
     with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: not a DCP metadata file \(UnpicklingError: "):
         unpickle_metadata(b"garbage", "x")
+
+
+
+def _pickle_enums_by_name(value: object) -> bytes:
+    """Pickles as Debian's Python 3.11.2 and CPython 3.12+ do: every enum member as
+    getattr(its class, its name) (the demo's checkpoints were refused on such a machine)."""
+    class ByName(pickle.Pickler):
+        def reducer_override(self, obj: object):
+            if isinstance(obj, enum.Enum):
+                return getattr, (type(obj), obj.name)
+            return NotImplemented
+
+    buffer = io.BytesIO()
+    ByName(buffer, protocol=4).dump(value)
+    return buffer.getvalue()
+
+
+class _Getattr:
+    def __init__(self, owner: object, name: str) -> None:
+        self.owner, self.name = owner, name
+
+    def __reduce__(self) -> tuple:
+        return (getattr, (self.owner, self.name))
+
+
+def test_enum_members_pickled_by_name_are_admitted_and_nothing_else_is(tmp_path: Path) -> None:
+    dcp.save({"c": torch.ones(1, 2, 2, 2).to(memory_format=torch.channels_last), "f": torch.ones(3)},
+             checkpoint_id=str(tmp_path))
+    metadata = pickle.loads((tmp_path / ".metadata").read_bytes())
+    data = _pickle_enums_by_name(metadata)
+    assert b"getattr" in data
+    assert unpickle_metadata(data, "x") == metadata
+    with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: global 'posix.system' is not allowed"):
+        unpickle_metadata(pickle.dumps(_Getattr(os.system, "__call__")), "x")
+    with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: getattr\(<class 'pathlib.PosixPath'>, 'cwd'\) is not allowed"):
+        unpickle_metadata(pickle.dumps(_Getattr(pathlib.PosixPath, "cwd")), "x")
