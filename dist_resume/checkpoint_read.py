@@ -14,6 +14,7 @@ import json
 import math
 import os
 import posixpath
+import re
 import stat
 from typing import Any
 
@@ -36,6 +37,7 @@ from dist_resume.state import MAX_WORLD_SIZE
 from dist_resume.storage import Location, retry
 
 METADATA = ".metadata"  # DCP's name
+ATTEMPT_NAME = re.compile(r"attempt_[0-9a-f]{32}")  # one save's own directory inside its step
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
 _LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 _MAX_DIMS = 64
@@ -147,6 +149,9 @@ def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker has world_size {world_size!r}")
     if type(committed_at) not in (int, float) or not 0 <= committed_at <= _LATEST_TIME:
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker has committed_at {committed_at!r}")
+    attempt = marker.get("attempt")  # absent in steps saved before attempts had directories
+    if attempt is not None and not (isinstance(attempt, str) and ATTEMPT_NAME.fullmatch(attempt)):
+        raise CheckpointCorruptError(f"{where} is damaged: its commit marker names attempt {str(attempt)[:80]!r}")
     return marker
 
 

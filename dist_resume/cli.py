@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from dist_resume.arguments import checked_url
 from dist_resume.checkpoint import list_checkpoints, read_loader_states
 from dist_resume.errors import CheckpointError
 from dist_resume.mixtures.inspection import describe as describe_mixture
@@ -45,12 +46,19 @@ def _count(minimum: int, maximum: int | None = None):
     return parse
 
 
+def _url(text: str) -> str:
+    try:
+        return checked_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("url ")) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Exact, elastic mid-epoch resume for PyTorch: demo and checkpoint tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     demo = commands.add_parser("demo", help="train, crash, resume at 2 -> 3 -> 1 processes, verify")
-    demo.add_argument("--checkpoint", metavar="URL",
+    demo.add_argument("--checkpoint", type=_url, metavar="URL",
                       help="where checkpoints go: path, s3://bucket/prefix... (default: WORKDIR/checkpoints)")
     demo.add_argument("--workdir", type=Path, metavar="DIR",
                       help="logs and records (default: ./runs/demo-<time>)")
@@ -64,15 +72,15 @@ def _parser() -> argparse.ArgumentParser:
                       help="limit for each launch of the job")
 
     ls = commands.add_parser("ls", help="committed checkpoints: step, time, world size, size")
-    ls.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+    ls.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
 
     inspect = commands.add_parser("inspect", help="the data loader state of a checkpoint, rank by rank")
-    inspect.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+    inspect.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
     inspect.add_argument("--step", type=_count(0), help="committed step (default: the latest)")
     inspect.add_argument("--key", default="loader", help="state dict key of the loader (default: loader)")
 
     plan = commands.add_parser("plan", help="what each rank would consume after resuming at another world size")
-    plan.add_argument("url", help="checkpoint location (path, file://, s3://...)")
+    plan.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
     plan.add_argument("--world-size", type=_count(1, MAX_WORLD_SIZE), required=True, metavar="M")
     plan.add_argument("--batch-size", type=_count(1), metavar="B",
                       help="per-rank batch size after the resume (default: the saved one, as a resumed "

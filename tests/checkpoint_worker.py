@@ -111,9 +111,10 @@ def elastic_load(args: dict[str, Any]) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from dist_resume.checkpoint import load_checkpoint, step_dir_name
+    from dist_resume.checkpoint import load_checkpoint
     from dist_resume.state import ELASTIC_GUARD_KEY
     from dist_resume.train_state import TrainState
+    from tests.layout import committed_dir
 
     rank, _ = _setup()
     out = Path(args["out"])
@@ -125,7 +126,7 @@ def elastic_load(args: dict[str, Any]) -> None:
         if not loaded_states and args.get("plain_dcp_dir"):
             try:
                 dcp.load({"app": app, "loader": loader},
-                         checkpoint_id=f"{args['plain_dcp_dir']}/{step_dir_name(args['step'])}")
+                         checkpoint_id=str(committed_dir(Path(args["plain_dcp_dir"]), args["step"])))
             except BaseException as exc:  # DCP's CheckpointException is a BaseException
                 (out / f"plain-dcp-error-{rank}.txt").write_text(str(exc))
         assert load_checkpoint({"app": app, "loader": loader}, url) == args["step"]

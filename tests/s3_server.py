@@ -77,7 +77,12 @@ def s3_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """A fresh bucket on moto, then on Ceph RGW, endpoint and credentials in the environment
     (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``); returns
     ``s3://<bucket>``. Each server starts on first use and serves the whole session."""
-    if request.param == "moto":
+    return fresh_store(request, monkeypatch, request.param)
+
+
+def fresh_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, server: str) -> str:
+    """What ``s3_store`` gives, on ``server`` ("moto" or "ceph"), for fixtures of their own."""
+    if server == "moto":
         return _fresh_bucket(monkeypatch, request.getfixturevalue("s3_endpoint"), FAKE_KEY_ID, FAKE_SECRET)
     rgw = request.getfixturevalue("ceph_endpoint")
     return _fresh_bucket(monkeypatch, rgw.url, rgw.key_id, rgw.secret)

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_resume.checkpoint import (
-    MARKER,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    step_dir_name,
-)
+from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from dist_resume.checkpoint_layout import MARKER, step_dir_name
 from dist_resume.errors import (
     CheckpointCorruptError,
     CheckpointExistsError,
@@ -25,6 +20,7 @@ from dist_resume.errors import (
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import ResumeStateError
 from tests.elastic_standin import StandInLoader
+from tests.layout import committed_dir
 
 
 def _state(value: float) -> dict:
@@ -74,15 +70,17 @@ def test_committed_step_is_never_overwritten(tmp_path: Path) -> None:
     assert torch.equal(_load(str(tmp_path))[1]["weights"], torch.full((3, 4), 1.0))
 
 
-def test_leftovers_of_uncommitted_save_are_cleared(tmp_path: Path) -> None:
-    """A crashed save of the same step left files (even a .metadata): they are removed, so
-    two saves never mix."""
-    leftover = tmp_path / step_dir_name(4)
-    leftover.mkdir()
-    (leftover / "__7_0.distcp").write_bytes(b"old shard of a rank that no longer exists")
-    (leftover / ".metadata").write_bytes(b"old metadata")
+def test_leftovers_of_an_uncommitted_save_are_left_alone_and_never_mixed(tmp_path: Path) -> None:
+    """Files of a save of the same step that never committed (a crash, or another job
+    still writing them) are not deleted by a new save and never read with its files."""
+    leftover = tmp_path / step_dir_name(4) / "attempt_0123456789abcdef0123456789abcdef"
+    leftover.mkdir(parents=True)
+    (leftover / "__7_0.distcp").write_bytes(b"shard of another save")
+    (leftover / ".metadata").write_bytes(b"metadata of another save")
+    (tmp_path / step_dir_name(4) / ".metadata").write_bytes(b"a save of the old layout")
     save_checkpoint(_state(3.0), str(tmp_path), 4)
-    assert sorted(p.name for p in leftover.iterdir()) == [".committed", ".metadata", "__0_0.distcp"]
+    assert sorted(p.name for p in leftover.iterdir()) == [".metadata", "__7_0.distcp"]
+    assert sorted(p.name for p in committed_dir(tmp_path, 4).iterdir()) == [".metadata", "__0_0.distcp"]
     assert torch.equal(_load(str(tmp_path))[1]["weights"], torch.full((3, 4), 3.0))
 
 
@@ -106,7 +104,7 @@ def test_list_checkpoints_reports_marker_fields(tmp_path: Path) -> None:
     directory = tmp_path / step_dir_name(100)
     assert info.step == 100 and info.world_size == 1
     assert before <= info.committed_at <= after
-    assert info.size_bytes == sum(p.stat().st_size for p in directory.iterdir())
+    assert info.size_bytes == sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     assert info.url == str(directory)
     marker = json.loads((directory / MARKER).read_text())
     assert marker["step"] == 100 and marker["torch"] == torch.__version__
@@ -114,7 +112,7 @@ def test_list_checkpoints_reports_marker_fields(tmp_path: Path) -> None:
 
 def test_truncated_shard_is_refused(tmp_path: Path) -> None:
     save_checkpoint(_state(1.0), str(tmp_path), 1)
-    shard = tmp_path / step_dir_name(1) / "__0_0.distcp"
+    shard = committed_dir(tmp_path, 1) / "__0_0.distcp"
     full = shard.stat().st_size
     shard.write_bytes(shard.read_bytes()[: full // 2])
     message = (f"step 1 at {tmp_path} is damaged: shard __0_0.distcp has {full // 2} bytes, "
@@ -125,7 +123,7 @@ def test_truncated_shard_is_refused(tmp_path: Path) -> None:
 
 def test_missing_metadata_is_refused(tmp_path: Path) -> None:
     save_checkpoint(_state(1.0), str(tmp_path), 1)
-    (tmp_path / step_dir_name(1) / ".metadata").unlink()
+    (committed_dir(tmp_path, 1) / ".metadata").unlink()
     with pytest.raises(CheckpointCorruptError, match=re.escape(f"step 1 at {tmp_path} is damaged: .metadata is missing")):
         _load(str(tmp_path))
 

@@ -129,6 +129,9 @@ def test_plan_of_a_finished_epoch(tmp_path: Path, capsys: pytest.CaptureFixture)
     (["plan", "URL", "--world-size", "0"], 2, "argument --world-size: must be >= 1, got 0 (see 'dist-resume plan --help')"),
     (["plan", "URL", "--world-size", "two"], 2,
      "argument --world-size: must be an integer, got 'two' (see 'dist-resume plan --help')"),
+    (["ls", "  "], 2, "argument url: must name a checkpoint location, got '  ' (see 'dist-resume ls --help')"),
+    (["plan", "/tmp/run ", "--world-size", "2"], 2,
+     "argument url: must not start or end with whitespace, got '/tmp/run ' (see 'dist-resume plan --help')"),
     (["inspect", "URL", "--step", "-1"], 2, "argument --step: must be >= 0, got -1 (see 'dist-resume inspect --help')"),
     (["frobnicate"], 2, "argument COMMAND: invalid choice: 'frobnicate' (choose from 'demo', 'ls', 'inspect', 'plan') "
                         "(see 'dist-resume --help')"),

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from dist_resume.checkpoint import save_checkpoint, step_dir_name
+from dist_resume.checkpoint import save_checkpoint
+from dist_resume.checkpoint_layout import step_dir_name
 from dist_resume.cli import main
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import RankState, encode, plan_digest
 
 from .hostile_files import ROOT, read_metadata, run_fenced
+from tests.layout import committed_dir
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
@@ -57,7 +59,7 @@ def test_ls_on_a_damaged_commit_marker_is_one_line(tmp_path: Path, capsys: pytes
 def test_inspect_on_a_zeroed_shard_is_one_line_without_unsafe_advice(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture) -> None:
     _save(_loaders(1, 3), tmp_path)
-    step_dir = tmp_path / step_dir_name(1)
+    step_dir = committed_dir(tmp_path, 1)
     (shard,) = {info.relative_path for info in read_metadata(step_dir).storage_data.values()}
     (step_dir / shard).write_bytes(bytes((step_dir / shard).stat().st_size))
     code, out, err = _run(capsys, "inspect", str(tmp_path))
@@ -69,7 +71,7 @@ def test_inspect_on_a_zeroed_shard_is_one_line_without_unsafe_advice(tmp_path: P
 
 def test_inspect_on_garbage_metadata_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _save(_loaders(1, 3), tmp_path)
-    metadata = tmp_path / step_dir_name(1) / ".metadata"
+    metadata = committed_dir(tmp_path, 1) / ".metadata"
     metadata.write_bytes(metadata.read_bytes()[:40])
     code, out, err = _run(capsys, "inspect", str(tmp_path))
     assert (code, out) == (1, "")

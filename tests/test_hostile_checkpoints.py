@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from dist_resume.checkpoint import read_loader_states, save_checkpoint, step_dir_name
+from dist_resume.checkpoint import read_loader_states, save_checkpoint
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.state import FIELDS, RankState, encode, plan_digest
@@ -29,13 +29,14 @@ from tests.hostile_files import (
     run_fenced,
 )
 from tests.s3_server import free_port
+from tests.layout import committed_dir
 
 
 def _loader_checkpoint(url: Path, step: int = 1) -> Path:
     loader = ResumableDataLoader(list(range(20)), batch_size=3, seed=5)
     next(iter(loader))
     save_checkpoint({"loader": loader, "weights": torch.ones(4)}, str(url), step)
-    return url / step_dir_name(step)
+    return committed_dir(url, step)
 
 
 class _MeshPayload:
@@ -49,7 +50,7 @@ class _MeshPayload:
 def test_stored_device_mesh_starts_no_process_group(tmp_path: Path) -> None:
     save_checkpoint({"weights": torch.ones(2), "extra": 0}, str(tmp_path), 1)
     crafted = archive(pickle.dumps(_MeshPayload(), protocol=2))
-    replace_stored(tmp_path / step_dir_name(1), "extra", crafted)
+    replace_stored(committed_dir(tmp_path, 1), "extra", crafted)
     (tmp_path / "crafted.pt").write_bytes(crafted)
     script = f"""
 import os, torch, torch.distributed as dist, torch.distributed.tensor
@@ -74,7 +75,7 @@ print("control started it:", dist.is_initialized())
 
 def test_refused_global_imports_nothing(tmp_path: Path) -> None:
     save_checkpoint({"weights": torch.ones(2), "extra": 0}, str(tmp_path), 1)
-    replace_stored(tmp_path / step_dir_name(1), "extra",
+    replace_stored(committed_dir(tmp_path, 1), "extra",
                    archive(b"\x80\x02ctorch._inductor.codecache\nPyCodeCache\n)R."))
     script = f"""
 import sys, torch
@@ -138,7 +139,7 @@ def test_stride_zero_stored_value_is_refused(tmp_path: Path) -> None:
     save_checkpoint({"weights": torch.ones(2), "extra": 0}, str(tmp_path), 1)
     buffer = __import__("io").BytesIO()
     torch.save((torch.zeros(1, dtype=torch.int64).expand(2**30),), buffer)
-    replace_stored(tmp_path / step_dir_name(1), "extra", buffer.getvalue())
+    replace_stored(committed_dir(tmp_path, 1), "extra", buffer.getvalue())
     assert outcome(f"load_checkpoint({{'weights': __import__('torch').zeros(2), 'extra': None}}, {str(tmp_path)!r})") == (
         f"UnsafeCheckpointError: refused to load stored value 'extra' of step 1 at {tmp_path}: it is not plain "
         "data (a tensor of size (1073741824,) views 1073741824 elements of 1 stored ones)")
@@ -197,9 +198,10 @@ def test_metadata_symlink_inside_the_location_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name,command", [(".metadata", "inspect"), (".committed", "ls")])
 def test_fifo_in_a_step_is_refused(tmp_path: Path, name: str, command: str) -> None:
-    step_dir = _loader_checkpoint(tmp_path)
-    (step_dir / name).unlink()
-    os.mkfifo(step_dir / name)
+    attempt = _loader_checkpoint(tmp_path)
+    directory = attempt if name == ".metadata" else attempt.parent  # the marker is the step's
+    (directory / name).unlink()
+    os.mkfifo(directory / name)
     result = run_fenced("-m", "dist_resume", command, str(tmp_path))
     assert (result.returncode, result.stdout, result.stderr) == (
         1, "", f"dist-resume: error: refused to read step 1 at {tmp_path}: {name} is not a regular file\n")
@@ -226,7 +228,7 @@ def test_inspect_of_a_stored_device_mesh_starts_no_rendezvous(tmp_path: Path) ->
                       epoch=0, world_size=1, rank=0, batch_size=3, global_batch=3, batches_consumed=0,
                       samples_consumed=0, epoch_finished=0, plan_digest=plan_digest([]))
     save_checkpoint({"loader": encode(state, [], sampler_state=0)}, str(tmp_path), 1)
-    replace_stored(tmp_path / step_dir_name(1), "loader.rank_0.sampler",
+    replace_stored(committed_dir(tmp_path, 1), "loader.rank_0.sampler",
                    archive(pickle.dumps(_MeshPayload(), protocol=2)))
     script = (f"import os, sys, torch.distributed.tensor\n"
               f"os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='{free_port()}', RANK='0', WORLD_SIZE='2')\n"

@@ -14,9 +14,10 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from dist_resume.checkpoint import load_checkpoint, save_checkpoint, step_dir_name
+from dist_resume.checkpoint import load_checkpoint, save_checkpoint
 from dist_resume.errors import UnsafeCheckpointError
 from dist_resume.safe_load import unpickle_metadata
+from tests.layout import committed_dir
 
 
 class MakesDirectory:
@@ -32,7 +33,7 @@ class MakesDirectory:
 def test_crafted_metadata_is_refused_and_runs_nothing(tmp_path: Path) -> None:
     save_checkpoint({"weights": torch.ones(3)}, str(tmp_path), 1)
     side_effect = tmp_path / "pwned"
-    metadata = tmp_path / step_dir_name(1) / ".metadata"
+    metadata = committed_dir(tmp_path, 1) / ".metadata"
     real = pickle.loads(metadata.read_bytes())
     real.planner_data["weights"] = MakesDirectory(side_effect)  # hidden deep inside
     crafted = pickle.dumps(real)
@@ -56,7 +57,7 @@ def test_crafted_stored_value_is_refused_and_runs_nothing(tmp_path: Path) -> Non
         load_checkpoint({"weights": torch.zeros(3), "extra": None}, str(tmp_path))
     assert not side_effect.exists()
     # control: DCP's own loader executes it
-    dcp.load({"weights": torch.zeros(3), "extra": None}, checkpoint_id=str(tmp_path / step_dir_name(1)))
+    dcp.load({"weights": torch.zeros(3), "extra": None}, checkpoint_id=str(committed_dir(tmp_path, 1)))
     assert side_effect.is_dir()
 
 

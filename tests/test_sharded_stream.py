@@ -111,7 +111,8 @@ def test_plain_dataloader_reads_every_item_in_shard_order_without_shuffle(urls):
     [
         (dict(shards="a.jsonl"), TypeError, "shards must be a sequence of path or URL strings"),
         (dict(reader=None), TypeError, "reader must be callable, got NoneType"),
-        (dict(window=0), ValueError, "window must be a positive int, got 0"),
+        (dict(window=0), ValueError, "window must be an int >= 1, got 0"),
+        (dict(window=True), TypeError, "window must be an int, got bool True"),
         (dict(seed=-1), ValueError, "seed must be in [0, 2**63), got -1"),
     ],
 )

@@ -142,9 +142,14 @@ def test_map_state_refused_by_an_iterable_loader():
         _iterable_loader(0).load_state_dict(state)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
-def test_snapshot_every_must_be_a_positive_int(bad):
-    with pytest.raises(ValueError, match=f"^snapshot_every must be a positive int, got {re.escape(repr(bad))}$"):
+@pytest.mark.parametrize("bad, error, message", [
+    (0, ValueError, "snapshot_every must be an int >= 1, got 0"),
+    (-1, ValueError, "snapshot_every must be an int >= 1, got -1"),
+    (1.5, TypeError, "snapshot_every must be an int, got float 1.5"),
+    (True, TypeError, "snapshot_every must be an int, got bool True"),
+])
+def test_snapshot_every_must_be_a_positive_int(bad, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
         _iterable_loader(0, snapshot_every=bad)
 
 

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from fsspec.implementations.memory import MemoryFileSystem
 
 from dist_resume import storage
+from dist_resume.storage import retries
 from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import is_transient, redact_url, resolve
@@ -42,7 +43,7 @@ class FlakyFileSystem(MemoryFileSystem):
 @pytest.fixture
 def flaky(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FlakyFileSystem]]:
     fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
-    monkeypatch.setattr(storage, "RETRY_BASE_DELAY", 0.0)
+    monkeypatch.setattr(retries, "RETRY_BASE_DELAY", 0.0)
     FlakyFileSystem.store.clear()
     FlakyFileSystem.uploads = 0
     yield FlakyFileSystem

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from ..arguments import checked_int
 from ..state import ResumeStateError, SavedStates, decode
 from .definition import Definition
 from .progress import SourceProgress, frontier, source_progress
@@ -66,9 +67,7 @@ class Mixture(Dataset):
         self._sources = [sources[name] for name in self.names]
         if length is None:
             length = sum(self.lengths)
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"Mixture length (positions per epoch) must be an int >= 1, got {length!r}")
-        self.length = length
+        self.length = checked_int("Mixture length (positions per epoch)", length, 1)
         self.reweight = reweight
         self._requested = Schedule(parse_stages(weights, self.names))
         self.schedule = self._requested

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from ..arguments import checked_int
 from ..seeds import SampleSeeder, derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
 from ..worker_roles import Tagged, is_stateful, play_role, state_now
@@ -282,8 +283,7 @@ class StreamCursor:
     """The main-process side of an IterableDataset: records, state, and the inner loader."""
 
     def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int) -> None:
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+        snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
         if isinstance(dataset, ShardedStream):
@@ -367,16 +367,8 @@ class StreamCursor:
                 f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
                 "with the saved world size and num_workers"
             )
-        saved.require_complete(
-            f"resuming at world size {world_size} with num_workers={self.num_workers} "
-            f"(saved: world size {saved_world_size} with num_workers={num_workers})"
-        )
-        epochs = {state.epoch for state in saved.ranks.values()}
-        if len(epochs) > 1:
-            raise ResumeStateError(
-                f"saved ranks stopped in different epochs {sorted(epochs)}; a resume at another world size or "
-                "num_workers needs them in one epoch: resume with the saved layout until the epoch ends"
-            )
+        saved.one_epoch(f"at world size {world_size} with num_workers={self.num_workers}",
+                        f"world size {saved_world_size} with num_workers={num_workers}", "world size or num_workers")
         self._records.load({_where(saved_rank): entry for saved_rank, entry in entries.items()})
         self._last_role = -1
         finished = all(state.epoch_finished for state in saved.ranks.values())

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..arguments import checked_int
 from ..seeds import derive_seed
 from ..state import ResumeStateError
 
@@ -56,8 +57,7 @@ class ShardedStream(IterableDataset):
             raise TypeError("shards must be a sequence of path or URL strings")
         if not callable(reader):
             raise TypeError(f"reader must be callable, got {type(reader).__name__}")
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
+        window = checked_int("window", window, 1)
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.shards = list(shards)

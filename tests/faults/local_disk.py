@@ -30,10 +30,11 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
-from dist_resume.checkpoint import MARKER, step_dir_name
+from dist_resume.checkpoint_layout import MARKER, step_dir_name
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state import FIELDS, ResumeStateError
 from dist_resume.storage import redact_url
+from tests.layout import committed_dir
 from tests.faults.summary import Summary
 
 KINDS = ("disk_full_midway", "truncated_shard", "deleted_metadata", "partial_step_dir", "loader_state_bitflip")
@@ -105,7 +106,7 @@ def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
     save_checkpoint(_state(rng), url, 1)
     saved = _state(rng)
     save_checkpoint(saved, url, 2)
-    step_dir = root / step_dir_name(2)
+    step_dir = committed_dir(root, 2)
     shard = step_dir / SHARD
     expected: tuple[type[Exception], str] | None = None  # None: step 2 loads unchanged
     if kind == "disk_full_midway":
@@ -133,8 +134,8 @@ def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
         (step_dir / ".metadata").unlink()
         expected = (CheckpointCorruptError, f"step 2 at {url} is damaged: .metadata is missing")
     elif kind == "partial_step_dir":
-        partial = root / step_dir_name(3)
-        partial.mkdir()
+        partial = root / step_dir_name(3) / rng.choice(["", "attempt_0123456789abcdef0123456789abcdef"])
+        partial.mkdir(parents=True)
         for name in rng.sample([SHARD, ".metadata", ".metadata.tmp", f"{MARKER}.tmp"], k=2):
             (partial / name).write_bytes(rng.randbytes(rng.randrange(1, 200)))
     else:

@@ -22,7 +22,7 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
-from dist_resume.checkpoint import MARKER, step_dir_name
+from dist_resume.checkpoint_layout import MARKER, step_dir_name
 from tests.faults.proxy import FAILING_KINDS, FaultProxy
 from tests.faults.summary import Summary
 from tests.s3_server import FAKE_KEY_ID, FAKE_SECRET
@@ -36,9 +36,8 @@ DATASET_LEN = 40
 BATCH = 4
 KEEP = 2
 # Where a save starts failing in the rate-1 trials: its first request, or once DCP has
-# stored .metadata and deleted its temporary copy (a multi-object delete), when only the
-# commit is left.
-FAIL_POINTS = {"from_start": None, "before_commit": ("POST", "?delete")}
+# stored .metadata and deleted its temporary copy, when only the commit is left.
+FAIL_POINTS = {"from_start": None, "before_commit": ("DELETE", "/.metadata.tmp")}
 
 
 def storage_options(endpoint: str) -> dict[str, Any]:
@@ -97,7 +96,7 @@ def run(moto: str, summary: Summary, *, rounds: int, rate: float = 0.1, seed: in
                 proxy.rate = 1.0
             else:
                 proxy.fail_after(*point)
-            with pytest.raises(CheckpointError, match=rf"^(cannot \w+|saving step {step} at) {url}"):
+            with pytest.raises(CheckpointError, match=rf"^(cannot [\w ]+|saving step {step} at) {url}"):
                 save_checkpoint(_state(rng, step), url, step, storage_options=options)
             summary.errors_as_expected += 1
             if point is None:

@@ -1,0 +1,74 @@
+"""The collectives of a checkpoint save or load: one rank decides, every rank learns the
+outcome or the error; background saves get a gloo group of their own; DCP's failures
+become one error that says what failed."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
+
+from dist_resume.errors import CheckpointError
+from dist_resume.storage import Location
+
+T = TypeVar("T")
+
+
+def distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def on_rank0(group: dist.ProcessGroup | None, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on rank 0 of ``group`` and hand its result, or its error, to every rank."""
+    if not distributed() or dist.get_world_size(group) == 1:
+        return fn()
+    payload: list[Any] = [None]
+    failure: BaseException | None = None
+    if dist.get_rank(group) == 0:
+        try:
+            payload[0] = (True, fn())
+        except CheckpointError as exc:
+            payload[0] = (False, exc)
+        except BaseException as exc:  # other ranks must not wait forever: tell them, raise here
+            failure = exc
+            payload[0] = (False, CheckpointError(f"rank 0 failed: {type(exc).__name__}: {exc}"))
+    dist.broadcast_object_list(payload, group=group, group_src=0)
+    if failure is not None:
+        raise failure
+    ok, value = payload[0]
+    if not ok:
+        raise value
+    return value
+
+
+_GLOO_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
+
+
+def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
+    """A gloo group of ``group``'s ranks used only by background saves, created once, so that
+    their collectives never interleave with the training's on the same group."""
+    if not distributed():
+        return None
+    ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
+    if ranks not in _GLOO_GROUPS:
+        _GLOO_GROUPS[ranks] = dist.new_group(ranks=list(ranks), backend="gloo")
+    return _GLOO_GROUPS[ranks]
+
+
+def dcp_call(loc: Location, action: str, where: str, fn: Callable[..., T], *args: Any,
+              **kwargs: Any) -> T:
+    """Call a DCP function; turn its CheckpointException (a BaseException) into an error
+    that says what failed, preferring a dist_resume error raised on some rank."""
+    try:
+        return fn(*args, **kwargs)
+    except CheckpointException as exc:
+        failures = sorted(exc.failures.items())
+        for _, (error, _trace) in failures:
+            if isinstance(error, CheckpointError):
+                raise error from None
+        _, (first, _trace) = failures[0]
+        raise CheckpointError(
+            f"{action} {where} failed on rank(s) {[rank for rank, _ in failures]}: "
+            f"{type(first).__name__}: {loc.redact(str(first))}"
+        ) from None

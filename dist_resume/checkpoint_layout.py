@@ -1,0 +1,92 @@
+"""Where a run's checkpoints live under its URL, read literally.
+
+``<url>/step_00000100/.committed`` (JSON) commits step 100; the data of the save that won
+the commit is in ``<url>/step_00000100/attempt_<id>/``, a directory no other save writes
+(steps saved before attempts had directories hold their data in the step directory). A
+location holds nothing, or checkpoints, or something this library refuses to guess about.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from dist_resume.checkpoint_read import ATTEMPT_NAME, METADATA, read_marker
+from dist_resume.errors import CheckpointError
+from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore
+
+MARKER = ".committed"
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+
+def step_dir_name(step: int) -> str:
+    """Directory name of ``step``; zero-padded so that names sort like steps."""
+    return f"step_{step:08d}"
+
+
+def step_dir(store: CheckpointStore, step: int) -> str:
+    return store.loc.join(step_dir_name(step))
+
+
+def committed_steps(store: CheckpointStore) -> dict[int, str]:
+    """Committed steps at the location and their directories. A step directory that is a
+    link or not named as this library names it is refused, never read beside the others."""
+    loc = store.loc
+    steps = {}
+    for entry in store.entries(loc.root):
+        match = _STEP_DIR.fullmatch(entry.name)
+        if not match:
+            continue
+        step = int(match.group(1))
+        if entry.name != step_dir_name(step):
+            raise CheckpointError(
+                f"{loc.url} holds {entry.name}, which is not how dist-resume names step {step} "
+                f"({step_dir_name(step)}); rename or remove it"
+            )
+        if entry.kind != DIRECTORY:
+            what = "a symbolic link" if entry.kind == LINK else "not a directory"
+            raise CheckpointError(f"{loc.url_of(loc.join(entry.name))} is {what}; step directories "
+                                  "must be directories written by save_checkpoint")
+        directory = loc.join(entry.name)
+        if store.exists(posixpath.join(directory, MARKER)):
+            steps[step] = directory
+    return steps
+
+
+def read_commit(store: CheckpointStore, step: int, directory: str) -> tuple[dict[str, Any], str]:
+    """The commit marker of ``step`` and the directory holding the data it commits."""
+    marker = read_marker(store.loc, posixpath.join(directory, MARKER), step, f"step {step} at {store.loc.url}")
+    attempt = marker.get("attempt")
+    return marker, directory if attempt is None else posixpath.join(directory, attempt)
+
+
+def refuse_misplaced(store: CheckpointStore) -> None:
+    """For a location without committed steps: return if it holds nothing this library
+    could have meant (absent, empty, other files, saves that never committed); raise with
+    the URL to give instead if it is a step, an attempt, a DCP checkpoint or a file."""
+    loc = store.loc
+    kind = store.kind(loc.root, follow_links=True)  # a run may live behind a link; its steps may not
+    if kind is None:
+        store.require_container("read checkpoints at")
+        return
+    name = posixpath.basename(loc.root)
+    if kind != DIRECTORY:
+        if name in (METADATA, MARKER) or name.endswith(".distcp"):
+            raise CheckpointError(f"{loc.url} is a file of a checkpoint; give the URL of the run that holds "
+                                  f"its step directories, not a file in one")
+        what = "a symbolic link" if kind == LINK else "a file" if kind == FILE else "not a directory"
+        raise CheckpointError(f"{loc.url} is {what}, not a checkpoint location (a directory or prefix)")
+    names = {entry.name for entry in store.entries(loc.root)}
+    up = posixpath.dirname(loc.url.rstrip("/"))
+    if ATTEMPT_NAME.fullmatch(name):
+        raise CheckpointError(f"{loc.url} is one save's directory inside a step; give the run's URL "
+                              f"{posixpath.dirname(up)}")
+    if _STEP_DIR.fullmatch(name) and names & {MARKER, METADATA} or any(ATTEMPT_NAME.fullmatch(n) for n in names):
+        raise CheckpointError(f"{loc.url} is a step directory; give the run's URL {up}")
+    if METADATA in names or any(n.endswith(".distcp") for n in names):
+        raise CheckpointError(
+            f"{loc.url} holds a checkpoint written by torch.distributed.checkpoint directly, without "
+            "save_checkpoint's commit; load it with torch.distributed.checkpoint.load, or give the URL "
+            "save_checkpoint wrote to"
+        )

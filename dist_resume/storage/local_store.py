@@ -1,0 +1,94 @@
+"""Checkpoint operations on a local (or mounted shared) disk: exclusive creation by hard
+link, every write fsynced with its directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import uuid
+
+from dist_resume.storage.store import DIRECTORY, FILE, LINK, OTHER, CheckpointStore, Entry
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return LINK
+    if stat.S_ISDIR(mode):
+        return DIRECTORY
+    return FILE if stat.S_ISREG(mode) else OTHER
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore(CheckpointStore):
+    def kind(self, path: str, follow_links: bool = False) -> str | None:
+        try:
+            return _kind((os.stat if follow_links else os.lstat)(path).st_mode)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self.loc.error("read", path, exc) from None
+
+    def entries(self, path: str) -> list[Entry]:
+        try:
+            with os.scandir(path) as found:
+                return [Entry(entry.name, _kind(entry.stat(follow_symlinks=False).st_mode)) for entry in found]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise self.loc.error("list", path, exc) from None
+
+    def exists(self, path: str) -> bool:
+        return self.kind(path) is not None
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Written and fsynced under a private name, then hard-linked to ``path``: the link
+        fails if ``path`` exists, so exactly one of concurrent writers creates it, whole."""
+        private = f"{path}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(private, "xb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            try:
+                os.link(private, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(private)
+            _fsync_directory(os.path.dirname(path))
+        except OSError as exc:
+            raise self.loc.error("commit", path, exc) from None
+        return True
+
+    def remove_tree(self, path: str) -> None:
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise self.loc.error("delete", path, exc) from None
+
+    def remove_file(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise self.loc.error("delete", path, exc) from None
+
+    def tree_size(self, path: str) -> int:
+        total = 0
+        try:
+            for directory, _, files in os.walk(path):
+                total += sum(os.lstat(os.path.join(directory, name)).st_size for name in files)
+        except OSError as exc:
+            raise self.loc.error("measure", path, exc) from None
+        return total

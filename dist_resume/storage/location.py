@@ -1,0 +1,118 @@
+"""A checkpoint URL resolved to a filesystem and a path, and the redaction of its secrets (G9).
+
+Credentials and endpoints come from where the fsspec backend looks for them (for s3fs:
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, AWS config files)
+or from ``storage_options``. No message, repr or stored file produced from a Location
+contains a secret: URLs lose their user info and query string, and secret values are masked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from dist_resume.errors import StorageError
+from dist_resume.storage.retries import S3_PROTOCOLS, client_defaults
+
+_SECRET_OPTION = re.compile(r"secret|token|password|passwd|credential|signature|sas", re.I)
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)[^/@\s]+@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info (credentials) and without query string or fragment."""
+    parts = urlsplit(url)
+    if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive)
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}"
+
+
+def _secret_values(options: dict[str, Any]) -> list[str]:
+    found = []
+    for name, value in options.items():
+        if isinstance(value, dict):
+            found += _secret_values(value)
+        elif isinstance(value, str) and value and _SECRET_OPTION.search(name):
+            found.append(value)
+    return found
+
+
+@dataclass(frozen=True)
+class Location:
+    """A checkpoint URL resolved to an fsspec filesystem and a path inside it."""
+
+    fs: fsspec.AbstractFileSystem = field(repr=False)
+    root: str
+    url: str  # redacted: safe to print
+    secrets: tuple[str, ...] = field(repr=False)
+
+    def __repr__(self) -> str:  # tracebacks that record locals must not show secrets
+        return f"Location({self.url!r})"
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def join(self, *names: str) -> str:
+        return "/".join([self.root.rstrip("/"), *names])
+
+    def url_of(self, path: str) -> str:
+        """Printable URL of ``path`` (a path inside this location)."""
+        return self.url.rstrip("/") + path[len(self.root.rstrip("/")):]
+
+    def redact(self, text: str) -> str:
+        """``text`` with secret values masked and URL credentials removed."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return _URL_USERINFO.sub(r"\g<scheme>***@", text)
+
+    def error(self, action: str, path: str, exc: BaseException) -> StorageError:
+        """A one-line StorageError for ``action`` on ``path`` that failed with ``exc``."""
+        if isinstance(exc, PermissionError):
+            hint = "access denied, check the credentials"
+        elif isinstance(exc, FileNotFoundError):
+            hint = "not found"
+        else:
+            hint = "storage error"
+        detail = " ".join(self.redact(str(exc)).split()) or type(exc).__name__
+        return StorageError(
+            f"cannot {action} {self.url_of(path)}: {hint} ({type(exc).__name__}: {detail})"
+        )
+
+
+def resolve(url: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Location:
+    """Resolve a local path, ``file://``, ``s3://`` or any fsspec URL. A URL that names no
+    path, or that carries credentials (they would reach logs), is refused."""
+    options = dict(storage_options or {})
+    text = os.fspath(url)
+    secrets = tuple(_secret_values(options) + [v for k in _SECRET_ENV if (v := os.environ.get(k))])
+    printable = redact_url(text)
+    if not text:  # fsspec reads "" as the current directory: an unset variable must not mean "here"
+        raise StorageError("cannot open storage for '': the checkpoint URL is empty")
+    parts = urlsplit(text)
+    if len(parts.scheme) > 1:
+        if "@" in parts.netloc:
+            raise StorageError(
+                f"cannot open storage for {printable}: credentials in the URL are refused (they would "
+                "reach logs and error reports); give them in storage_options or the environment"
+            )
+        if not (parts.netloc + parts.path).strip("/"):
+            raise StorageError(f"cannot open storage for {printable}: the URL names no path")
+    try:
+        protocol = fsspec.core.split_protocol(text)[0] or "file"
+        fs, root = fsspec.core.url_to_fs(text, **client_defaults(protocol, options))
+        if protocol in S3_PROTOCOLS:
+            fs.retries = 1  # s3fs's own retry loop (a class attribute, not an option)
+    except (ValueError, ImportError, TypeError) as exc:
+        message = str(exc)
+        for secret in secrets:
+            message = message.replace(secret, "***")
+        raise StorageError(f"cannot open storage for {printable}: {message}") from None
+    return Location(fs=fs, root=root.rstrip("/") or root, url=printable, secrets=secrets)

@@ -1,0 +1,70 @@
+"""One rank of a job whose ranks name different checkpoint locations (issue 11 point 3).
+
+Run by ``tests.checkpoint_worker.run(..., script=__file__)``; each rank writes the error it
+got (or "none") to ``out/<scenario>-error-<rank>.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _record(args: dict[str, Any], scenario: str, call: Any) -> None:
+    import torch.distributed as dist
+
+    from dist_resume.errors import CheckpointError
+
+    try:
+        call()
+        outcome = "none"
+    except CheckpointError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    Path(args["out"], f"{scenario}-error-{dist.get_rank()}.txt").write_text(outcome)
+
+
+def per_rank_urls(args: dict[str, Any]) -> None:
+    """Each rank saves to, then loads from, its own directory (node-local disks)."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import load_checkpoint, save_checkpoint
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    url = os.path.join(args["root"], f"rank{rank}")
+    state = {"w": torch.full((2,), float(rank))}
+    _record(args, "save", lambda: save_checkpoint(state, url, 5, async_save=args["async_save"]))
+    _record(args, "load", lambda: load_checkpoint(state, url))
+    os.chdir(os.path.join(args["root"], f"cwd{rank}"))  # one relative URL, two places
+    _record(args, "relative", lambda: save_checkpoint(state, "run", 5))
+    dist.destroy_process_group()
+
+
+def node_local_storage(args: dict[str, Any]) -> None:
+    """Every rank passes the same URL, but each process has storage of its own (memory://
+    is per process, as /tmp/ckpt is per node)."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import list_checkpoints, save_checkpoint
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    state = {"w": torch.full((2,), float(dist.get_rank())), f"rank{dist.get_rank()}": torch.ones(3)}
+    _record(args, "node_local", lambda: save_checkpoint(state, "memory://run", 5))
+    Path(args["out"], f"node_local-committed-{dist.get_rank()}.txt").write_text(
+        json.dumps([info.step for info in list_checkpoints("memory://run")]))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -1,0 +1,114 @@
+"""A URL one level off is an error that says which URL to give, not a first start
+(issue 11 point 4); step directories are read literally, never mixed (points 2 and 4)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from dist_resume import list_checkpoints, load_checkpoint, read_loader_states, save_checkpoint
+from dist_resume.errors import CheckpointError, StorageError
+from tests.layout import committed_dir
+
+
+def _save(url: Path, step: int = 1, value: float = 1.0) -> None:
+    save_checkpoint({"w": torch.full((2,), value)}, str(url), step)
+
+
+def _refused(url: str, message: str) -> None:
+    """load_checkpoint, read_loader_states and list_checkpoints all refuse ``url`` with ``message``."""
+    for call in (lambda: load_checkpoint({"w": torch.zeros(2)}, url), lambda: read_loader_states(url),
+                 lambda: list_checkpoints(url)):
+        with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+            call()
+
+
+def test_a_step_directory_names_its_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _save(run)
+    step = run / "step_00000001"
+    _refused(str(step), f"{step} is a step directory; give the run's URL {run}")
+    attempt = committed_dir(run, 1)
+    _refused(str(attempt), f"{attempt} is one save's directory inside a step; give the run's URL {run}")
+
+
+def test_a_file_of_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _save(run)
+    for path in (committed_dir(run, 1) / ".metadata", run / "step_00000001" / ".committed"):
+        _refused(str(path), f"{path} is a file of a checkpoint; give the URL of the run that holds its "
+                            "step directories, not a file in one")
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    _refused(str(other), f"{other} is a file, not a checkpoint location (a directory or prefix)")
+
+
+def test_a_plain_dcp_save_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    dcp.save({"w": torch.ones(2)}, checkpoint_id=str(plain))
+    _refused(str(plain), f"{plain} holds a checkpoint written by torch.distributed.checkpoint directly, "
+                         "without save_checkpoint's commit; load it with torch.distributed.checkpoint.load, "
+                         "or give the URL save_checkpoint wrote to")
+
+
+def test_a_step_directory_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    elsewhere, run = tmp_path / "elsewhere", tmp_path / "run"
+    _save(elsewhere)
+    run.mkdir()
+    (run / "step_00000001").symlink_to(elsewhere / "step_00000001")
+    _refused(str(run), f"{run}/step_00000001 is a symbolic link; step directories must be directories "
+                       "written by save_checkpoint")
+
+
+def test_a_run_behind_a_link_is_an_ordinary_run(tmp_path: Path) -> None:
+    _save(tmp_path / "real", value=4.0)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    state = {"w": torch.zeros(2)}
+    assert load_checkpoint(state, str(tmp_path / "link")) == 1 and torch.equal(state["w"], torch.full((2,), 4.0))
+
+
+def test_non_canonical_step_names_are_refused_not_mixed(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _save(run, 1, 1.0)
+    (run / "step_00000001").rename(run / "step_1")  # e.g. copied in by hand
+    _save(run, 1, 2.0)
+    _refused(str(run), f"{run} holds step_1, which is not how dist-resume names step 1 (step_00000001); "
+                       "rename or remove it")
+
+
+@pytest.mark.parametrize("url", ["file://", "file:///", "s3://", "memory://"])
+def test_a_url_without_a_path_is_refused(url: str) -> None:
+    message = f"cannot open storage for {url}: the URL names no path"
+    for call in (lambda: load_checkpoint({"w": torch.zeros(2)}, url), lambda: save_checkpoint({}, url, 1)):
+        with pytest.raises(StorageError, match=f"^{re.escape(message)}$"):
+            call()
+
+
+def test_nothing_there_is_a_first_start(tmp_path: Path) -> None:
+    """Absent, empty, unrelated files, or steps that never committed: None, as before."""
+    assert load_checkpoint({}, str(tmp_path / "absent")) is None
+    assert load_checkpoint({}, str(tmp_path)) is None
+    (tmp_path / "train.log").write_text("epoch 0")
+    (tmp_path / "step_00000003" / "attempt_0123456789abcdef0123456789abcdef").mkdir(parents=True)
+    assert load_checkpoint({}, str(tmp_path)) is None
+    assert list_checkpoints(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("name, sibling", [("run*", "run1"), ("run?", "run1"), ("run[1]", "run1"),
+                                           ("r[!x]n", "run")])
+def test_urls_are_names_not_patterns_locally(tmp_path: Path, name: str, sibling: str) -> None:
+    """keep=1 under `run*` deleted the sibling run1's steps; `run[1]` never saw its own."""
+    ours, theirs = tmp_path / name, tmp_path / sibling
+    for step in (1, 2):
+        _save(theirs, step, 10.0 + step)
+    for step in (1, 2, 3):
+        save_checkpoint({"w": torch.full((2,), float(step))}, str(ours), step, keep=1)
+    assert [info.step for info in list_checkpoints(str(ours))] == [3]
+    assert [info.step for info in list_checkpoints(str(theirs))] == [1, 2]
+    state = {"w": torch.zeros(2)}
+    assert load_checkpoint(state, str(ours)) == 3 and torch.equal(state["w"], torch.full((2,), 3.0))
+    assert load_checkpoint(state, str(theirs)) == 2 and torch.equal(state["w"], torch.full((2,), 12.0))

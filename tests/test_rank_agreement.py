@@ -1,0 +1,59 @@
+"""Ranks that name different checkpoint locations fail together and commit nothing
+(issue 11 point 3, G7). Real 2-process gloo jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dist_resume import save_checkpoint
+from tests import rank_agreement_worker
+from tests.checkpoint_worker import run
+from tests.s3_server import free_port
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_ranks_with_different_urls_fail_together_and_commit_nothing(tmp_path: Path, async_save: bool) -> None:
+    root = tmp_path / "nodes"
+    for rank in (0, 1):
+        (root / f"cwd{rank}").mkdir(parents=True)
+        # a committed step in each rank's own place, so that a load has something to mix
+        save_checkpoint({"w": torch.full((2,), 9.0)}, str(root / f"rank{rank}"), 1)
+    out = tmp_path / "out"
+    run("per_rank_urls", 2, {"out": str(out), "root": str(root), "async_save": async_save},
+        free_port(), script=rank_agreement_worker.__file__)
+
+    def errors(scenario: str) -> set[str]:
+        return {(out / f"{scenario}-error-{rank}.txt").read_text() for rank in (0, 1)}
+
+    advice = "every rank must pass the same URL, on storage that every rank can reach"
+    places = f"ranks [0]: {root}/rank0; ranks [1]: {root}/rank1"
+    assert errors("save") == {f"CheckpointError: cannot save step 5: the ranks do not name the same "
+                              f"checkpoint location ({places}); {advice}"}
+    assert errors("load") == {f"CheckpointError: cannot load a checkpoint: the ranks do not name the same "
+                              f"checkpoint location ({places}); {advice}"}
+    relative = f"ranks [0]: {root}/cwd0/run; ranks [1]: {root}/cwd1/run"
+    assert errors("relative") == {f"CheckpointError: cannot save step 5: the ranks do not name the same "
+                                  f"checkpoint location ({relative}); {advice}"}
+    # nothing was written for step 5 anywhere
+    assert sorted(p.name for p in (root / "rank0").iterdir()) == ["step_00000001"]
+    assert sorted(p.name for p in (root / "rank1").iterdir()) == ["step_00000001"]
+    assert not (root / "cwd0" / "run").exists() and not (root / "cwd1" / "run").exists()
+
+
+@pytest.mark.slow
+def test_node_local_storage_behind_one_url_commits_nothing(tmp_path: Path) -> None:
+    """The same URL on every rank, storage of its own on each (a node-local /tmp): rank 0
+    used to commit a step without rank 1's shard. Now every rank fails, nothing is committed."""
+    out = tmp_path / "out"
+    run("node_local_storage", 2, {"out": str(out)}, free_port(), script=rank_agreement_worker.__file__)
+    errors = {(out / f"node_local-error-{rank}.txt").read_text() for rank in (0, 1)}
+    assert len(errors) == 1
+    (error,) = errors
+    assert error.startswith("CheckpointError: step 5 at memory://run not committed: rank 0 cannot read every "
+                            "rank's files (step 5 at memory://run is damaged: shard __1_0.distcp is missing); "
+                            "the URL must name storage that every rank shares"), error
+    assert [(out / f"node_local-committed-{rank}.txt").read_text() for rank in (0, 1)] == ["[]", "[]"]
