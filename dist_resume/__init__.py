@@ -16,6 +16,7 @@ from .errors import (
     StorageError,
     UnsafeCheckpointError,
 )
+from .integrations.lightning import LightningLoader
 from .loader import ResumableDataLoader
 from .mixtures import Mixture
 from .remap import PlannedBatch, ResumePlan, plan_resume
@@ -31,6 +32,7 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "LightningLoader",
     "Mixture",
     "PlannedBatch",
     "ResumableDataLoader",

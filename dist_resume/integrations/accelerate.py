@@ -1,0 +1,131 @@
+"""Hugging Face `accelerate` with `ResumableDataLoader`.
+
+`attach(accelerator, loader)` keeps the loader through `accelerator.prepare` (accelerate
+would otherwise rebuild it as its own `DataLoaderShard`: another order, no per-sample seeds,
+no resume), and makes `accelerator.save_state` / `load_state` save and restore every rank's
+position in it, so a resume at the same or another number of processes continues on the
+exact next sample (G1-G3).
+
+Each rank writes its own loader state as JSON next to accelerate's files (accelerate keeps
+one file per loader, written by every rank to the same path), and every rank reads all of
+them back: the elastic re-partition needs every saved rank's entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import weakref
+from typing import Any
+
+from ..loader import ResumableDataLoader
+from ..state import ResumeStateError, decode
+from ..state_json import state_from_json, state_to_json
+
+# The folder inside accelerate's checkpoint directory that holds the loader states.
+STATE_FOLDER = "dist_resume"
+
+# Accelerator -> the loaders attached to it, in attach order (their index names their files).
+_attached: weakref.WeakKeyDictionary[Any, list[ResumableDataLoader]] = weakref.WeakKeyDictionary()
+
+
+def attach(accelerator: Any, loader: ResumableDataLoader) -> ResumableDataLoader:
+    """Make `accelerator.prepare` return `loader` unchanged, and `accelerator.save_state` /
+    `load_state` save and resume its exact position on every rank, also when the job resumes
+    with another number of processes. Returns `loader`. Build the loader after the
+    `Accelerator` (so that it takes its rank and world size from the process group), call
+    `attach` before `load_state`, and attach loaders in the same order in every run."""
+    if not isinstance(loader, ResumableDataLoader):
+        raise TypeError(f"attach expects a ResumableDataLoader, got {type(loader).__name__}")
+    _check_compatible(accelerator, loader)
+    loaders = _attached.get(accelerator)
+    if loaders is None:
+        loaders = _attached[accelerator] = []
+        accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: _save_all(loaders, output_dir))
+        accelerator.register_load_state_pre_hook(lambda models, input_dir: _load_all(loaders, input_dir))
+    if not any(known is loader for known in loaders):
+        loaders.append(loader)
+    # accelerate's own guard against preparing a loader twice: `prepare` then keeps it as is.
+    loader._is_accelerate_prepared = True
+    return loader
+
+
+def _check_compatible(accelerator: Any, loader: ResumableDataLoader) -> None:
+    processes, index = accelerator.num_processes, accelerator.process_index
+    if (loader.world_size, loader.rank) != (processes, index):
+        raise ValueError(
+            f"the loader shards over {loader.world_size} rank(s) as rank {loader.rank}, but this accelerate "
+            f"process is {index} of {processes}; build the ResumableDataLoader after Accelerator() so that "
+            "it takes its rank and world size from the process group"
+        )
+    for option in ("split_batches", "dispatch_batches"):
+        if getattr(accelerator, option, None):
+            raise ValueError(
+                f"Accelerator({option}=True) is not supported with a ResumableDataLoader: its batch_size is "
+                "per process and every process loads its own batches"
+            )
+    if not loader.drop_last and bool(accelerator.even_batches) != loader.even_batches:
+        raise ValueError(
+            f"Accelerator(even_batches={accelerator.even_batches}) but the loader has "
+            f"even_batches={loader.even_batches}; give the loader the same even_batches"
+        )
+
+
+def _state_path(directory: str, index: int, rank: int) -> str:
+    return os.path.join(directory, f"loader_{index}_rank_{rank}.json")
+
+
+def _save_all(loaders: list[ResumableDataLoader], output_dir: str) -> None:
+    directory = os.path.join(output_dir, STATE_FOLDER)
+    os.makedirs(directory, exist_ok=True)
+    for index, loader in enumerate(loaders):
+        path = _state_path(directory, index, loader.rank)
+        partial = f"{path}.partial-{os.getpid()}"
+        with open(partial, "w", encoding="utf-8") as file:
+            file.write(state_to_json(loader.state_dict()))
+        os.replace(partial, path)
+        if loader.rank == 0:
+            # A directory reused from a larger job: its extra ranks' files would be mixed in.
+            for rank in _saved_ranks(directory, index):
+                if rank >= loader.world_size:
+                    os.remove(_state_path(directory, index, rank))
+
+
+def _saved_ranks(directory: str, index: int) -> list[int]:
+    pattern = re.compile(rf"loader_{index}_rank_(\d+)\.json")
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted(int(match.group(1)) for match in map(pattern.fullmatch, names) if match)
+
+
+def _load_all(loaders: list[ResumableDataLoader], input_dir: str) -> None:
+    for index, loader in enumerate(loaders):
+        loader.load_state_dict(_read_saved_state(input_dir, index))
+
+
+def _read_saved_state(input_dir: str, index: int) -> dict[str, Any]:
+    # Every saved rank's entries, merged: the elastic re-partition needs them all.
+    directory = os.path.join(input_dir, STATE_FOLDER)
+    ranks = _saved_ranks(directory, index)
+    if not ranks:
+        raise ResumeStateError(
+            f"accelerate checkpoint {input_dir} holds no state for attached loader {index} "
+            f"(no {STATE_FOLDER}/loader_{index}_rank_*.json): it was saved without "
+            "dist_resume.integrations.accelerate.attach, or with fewer loaders attached"
+        )
+    merged: dict[str, Any] = {}
+    for rank in ranks:
+        path = _state_path(directory, index, rank)
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+        try:
+            merged.update(state_from_json(text))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ResumeStateError(f"loader state file {path} is not a loader state: {error}") from None
+    world_size = decode(merged).any.world_size
+    if ranks != list(range(world_size)):
+        raise ResumeStateError(
+            f"accelerate checkpoint {input_dir} holds loader {index}'s state for ranks {ranks} of a job of "
+            f"{world_size}; every rank's file is needed (save_state's directory must be on storage "
+            "that every process sees)"
+        )
+    return merged

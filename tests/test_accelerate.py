@@ -1,0 +1,173 @@
+"""Hugging Face accelerate with ResumableDataLoader (issue 10 point 6; G1-G3).
+
+`dist_resume.integrations.accelerate.attach` keeps the loader through `prepare` and makes
+`save_state`/`load_state` resume it exactly. The multi-process cases run real `torchrun`
+jobs on CPU/gloo (tests/accelerate_worker.py) and compare, global step by global step, the
+sets of samples trained with a single-process reference of the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("accelerate")
+from accelerate import Accelerator  # noqa: E402
+
+from dist_resume import ResumableDataLoader, ResumeStateError  # noqa: E402
+from dist_resume.integrations.accelerate import attach  # noqa: E402
+
+from .s3_server import free_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+GLOBAL_BATCH = 6
+LENGTH = 48  # tests/accelerate_worker.py's dataset
+EPOCHS = 2
+SAVE_AT = 3  # global steps trained before the save, in epoch 0
+
+
+class _Indices(torch.utils.data.Dataset):
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(index)
+
+    def __len__(self) -> int:
+        return 40
+
+
+def _take(loader, count: int | None = None) -> list[list[int]]:
+    out = []
+    for batch in loader:
+        out.append(batch.tolist())
+        if len(out) == count:
+            break
+    return out
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_prepare_keeps_the_loader_and_save_state_resumes_it_g1(tmp_path, num_workers):
+    def fresh():
+        accelerator = Accelerator(cpu=True)
+        loader = ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5, num_workers=num_workers)
+        return accelerator, attach(accelerator, loader)
+
+    _, reference = fresh()
+    uninterrupted = _take(reference)
+    accelerator, loader = fresh()
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    _, _, prepared = accelerator.prepare(model, optimizer, loader)
+    assert prepared is loader
+    head = _take(prepared, 3)
+    accelerator.save_state(tmp_path / "ckpt")
+
+    accelerator, loader = fresh()
+    model, optimizer = torch.nn.Linear(1, 1), torch.optim.SGD(model.parameters(), lr=0.1)
+    _, _, prepared = accelerator.prepare(model, optimizer, loader)
+    accelerator.load_state(tmp_path / "ckpt")
+    assert head + _take(prepared) == uninterrupted
+
+
+def test_attach_refuses_a_loader_of_another_world_size():
+    loader = ResumableDataLoader(_Indices(), batch_size=4, rank=1, world_size=2)
+    with pytest.raises(ValueError, match=r"the loader shards over 2 rank\(s\) as rank 1, but this accelerate "
+                                         r"process is 0 of 1; build the ResumableDataLoader after Accelerator\(\)"):
+        attach(Accelerator(cpu=True), loader)
+
+
+def test_attach_refuses_split_batches():
+    from accelerate import DataLoaderConfiguration
+
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
+    with pytest.raises(ValueError, match=r"Accelerator\(split_batches=True\) is not supported"):
+        attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4))
+
+
+def test_load_state_without_loader_states_is_an_error(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    accelerator.save_state(tmp_path / "ckpt")  # nothing attached: no loader state saved
+    attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4))
+    with pytest.raises(ResumeStateError, match="holds no state for attached loader 0"):
+        accelerator.load_state(tmp_path / "ckpt")
+
+
+# -- real multi-process jobs ----------------------------------------------------------
+
+
+def _launch(processes: int, record: Path, *args: str) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes}",
+               f"--master-port={free_port()}", "--master-addr=127.0.0.1",
+               # As a module from the repository root: tests/datasets.py would shadow HF datasets.
+               "-m", "tests.accelerate_worker",
+               f"--batch-size={GLOBAL_BATCH // processes}", f"--epochs={EPOCHS}", f"--record={record}", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+
+def _global_steps(record: Path, processes: int) -> list[tuple[int, frozenset[int]]]:
+    ranks = [json.loads((record / f"rank_{rank}.json").read_text()) for rank in range(processes)]
+    assert len({len(steps) for steps in ranks}) == 1, "ranks trained different numbers of steps"
+    steps = []
+    for per_rank in zip(*ranks):
+        assert len({step[0] for step in per_rank}) == 1, "ranks trained different epochs in one step"
+        steps.append((per_rank[0][0], frozenset(index for step in per_rank for index in step[1:])))
+    return steps
+
+
+def _reference() -> list[tuple[int, frozenset[int]]]:
+    class Indices(torch.utils.data.Dataset):
+        def __getitem__(self, index):
+            return index
+
+        def __len__(self):
+            return LENGTH
+
+    loader = ResumableDataLoader(Indices(), batch_size=GLOBAL_BATCH, shuffle=True, seed=0, rank=0, world_size=1)
+    steps = []
+    for epoch in range(EPOCHS):
+        loader.set_epoch(epoch)
+        steps += [(epoch, frozenset(batch.tolist())) for batch in loader]
+    return steps
+
+
+@pytest.fixture(scope="module")
+def saved_at_two(tmp_path_factory) -> tuple[Path, list]:
+    """A 2-process job that trains SAVE_AT global steps, saves accelerate's state and stops."""
+    root = tmp_path_factory.mktemp("accelerate")
+    _launch(2, root / "before", f"--save={root / 'ckpt'}", f"--save-at={SAVE_AT}")
+    return root / "ckpt", _global_steps(root / "before", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 1, 3])
+def test_save_state_load_state_resume_exactly_at_any_world_size_g1_g3(saved_at_two, processes, tmp_path):
+    checkpoint, before = saved_at_two
+    assert len(before) == SAVE_AT
+    _launch(processes, tmp_path / "after", f"--load={checkpoint}")
+    assert before + _global_steps(tmp_path / "after", processes) == _reference()
+
+
+@pytest.mark.slow
+def test_plain_prepare_replaces_the_loader(tmp_path):
+    """What accelerate does without attach: its own DataLoaderShard, in another order."""
+    _launch(2, tmp_path / "plain", "--plain")
+    assert _global_steps(tmp_path / "plain", 2) != _reference()
+
+
+def test_save_state_into_a_directory_of_a_larger_job_drops_its_extra_ranks_g6(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    loader = attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
+    head = _take(loader, 2)
+    folder = tmp_path / "ckpt" / "dist_resume"
+    folder.mkdir(parents=True)
+    (folder / "loader_0_rank_1.json").write_text("left by a 2-process job")
+    accelerator.save_state(tmp_path / "ckpt")
+    assert sorted(path.name for path in folder.iterdir()) == ["loader_0_rank_0.json"]
+    accelerator = Accelerator(cpu=True)
+    resumed = attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
+    accelerator.load_state(tmp_path / "ckpt")
+    assert head + _take(resumed) == _take(ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
