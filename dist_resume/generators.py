@@ -10,6 +10,7 @@ generator's public state API (1-40 us)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import random
 import struct
 from collections.abc import Callable
@@ -40,12 +41,17 @@ def _view(address: int, size: int) -> ctypes.Array:
 class Generator:
     """One global generator: `seed(s)` before a sample, `snapshot()` / `restore()` around a batch.
 
-    Two snapshots compare equal exactly when the generator's state is the same.
+    Two snapshots compare equal exactly when the generator's state is the same. When its
+    memory layout was found, `views` are live views of the state's memory and `extra` reads
+    the rest of it (None: nothing else); the snapshot is then `(bytes of views, extra())`,
+    so that several generators can be snapshotted by one copy (see `joint_snapshot`).
     """
 
     name: str
     seed: Callable[[int], None]
     snapshot: Callable[[], Any]
+    views: tuple[memoryview, ...] = ()
+    extra: Callable[[], Any] | None = None
 
     def restore(self, snapshot: Any) -> None:
         raise NotImplementedError
@@ -61,13 +67,15 @@ class TorchGenerator(Generator):
         self.seed = self._generator.manual_seed
         self._engine = self._find_engine()
         if self._engine is not None:
-            self.snapshot = lambda engine=self._engine: engine.raw
+            self.views = (memoryview(self._engine),)
+            self.snapshot = lambda engine=self._engine: (engine.raw, None)
         else:
             self.snapshot = lambda: self._generator.get_state().numpy().tobytes()
 
-    def restore(self, snapshot: bytes) -> None:
+    def restore(self, snapshot: Any) -> None:
         if self._engine is not None:
-            ctypes.memmove(self._engine, snapshot, len(snapshot))
+            raw, _ = snapshot
+            ctypes.memmove(self._engine, raw, len(raw))
         else:
             self._generator.set_state(torch.frombuffer(bytearray(snapshot), dtype=torch.uint8))
 
@@ -118,6 +126,8 @@ class RandomGenerator(Generator):
         twister = _view(id(self._instance) + object.__basicsize__, _RANDOM_LAYOUT.size)
         self._raw = self._layout_matches(twister)
         if self._raw:
+            self.views = (memoryview(twister),)
+            self.extra = functools.partial(getattr, self._instance, "gauss_next")
             self.snapshot = lambda: (twister.raw, self._instance.gauss_next)
         else:
             self.snapshot = random.getstate
@@ -161,7 +171,8 @@ class NumpyGenerator(Generator):
         gauss = self._find_gauss(twister)
         self._raw = gauss is not None
         if gauss is not None:
-            self.snapshot = lambda: (twister.raw, gauss.raw)
+            self.views = (memoryview(twister), memoryview(gauss))
+            self.snapshot = lambda: (twister.raw + gauss.raw, None)
         else:
             self.snapshot = self._public_snapshot
 
@@ -201,7 +212,8 @@ class NumpyGenerator(Generator):
         if not self._raw:
             key, pos, has_gauss, gauss = snapshot
         else:
-            raw, cache = snapshot
+            raw, _ = snapshot
+            raw, cache = raw[: _NUMPY_LAYOUT.size], raw[_NUMPY_LAYOUT.size :]
             *words, pos = _NUMPY_LAYOUT.unpack(raw)
             key = struct.pack(f"={_MT_WORDS}I", *words)
             has_gauss, gauss = _NUMPY_GAUSS.unpack(cache)
@@ -218,3 +230,33 @@ def generators(names: tuple[str, ...]) -> list[Generator]:
         if name not in _GENERATORS:
             _GENERATORS[name] = _KINDS[name]()
     return [_GENERATORS[name] for name in names]
+
+
+def joint_snapshot(watched: list[Generator]) -> tuple[Callable[[], Any], Callable[[Any], list[Any]]] | None:
+    """One call that snapshots every generator of `watched` by a single copy of their
+    memory, and what splits its result into each one's `snapshot()`; None unless every
+    one's layout was found. Taken twice per batch: the copy is the floor of its cost."""
+    if not watched or not all(generator.views for generator in watched):
+        return None
+    views = [view for generator in watched for view in generator.views]
+    extras = [generator.extra for generator in watched if generator.extra is not None]
+    join = b"".join
+    if not extras:
+        snapshot: Callable[[], Any] = lambda: (join(views), ())
+    elif len(extras) == 1:
+        (only,) = extras
+        snapshot = lambda: (join(views), (only(),))
+    else:
+        snapshot = lambda: (join(views), tuple(extra() for extra in extras))
+    sizes = [sum(view.nbytes for view in generator.views) for generator in watched]
+
+    def split(joint: Any) -> list[Any]:
+        raw, extra_values = joint
+        values = iter(extra_values)
+        parts, offset = [], 0
+        for generator, size in zip(watched, sizes):
+            parts.append((raw[offset : offset + size], next(values) if generator.extra is not None else None))
+            offset += size
+        return parts
+
+    return snapshot, split

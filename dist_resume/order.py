@@ -46,9 +46,15 @@ class EpochOrder:
         """Dataset indices at `positions` (int64, each in `[0, length)`)."""
         if not self._keys:
             return positions.tolist()
+        return self.index_array(positions.numpy()).tolist()
+
+    def index_array(self, positions: numpy.ndarray) -> numpy.ndarray:
+        """`indices` for an int64 numpy array, as a new int64 array."""
+        if not self._keys:
+            return positions.copy()
         # numpy: the same integer arithmetic as torch, at a fraction of its fixed cost per
         # operation, which dominates the small arrays that cycle walking works on.
-        permuted = self._permute_domain(positions.numpy())
+        permuted = self._permute_domain(positions)
         # Cycle walking: the Feistel network permutes [0, 2**bits); re-applying it to
         # values past the end walks each one to the next in-range value of its cycle,
         # which keeps the map a bijection of [0, length). Fewer than half the values
@@ -59,13 +65,12 @@ class EpochOrder:
             walked = self._permute_domain(permuted[outside])
             permuted[outside] = walked
             outside = outside[walked >= self.length]
-        result = permuted.tolist()
         for slot in outside.tolist():
-            value = self._permute_domain(result[slot])
+            value = self._permute_domain(int(permuted[slot]))
             while value >= self.length:
                 value = self._permute_domain(value)
-            result[slot] = value
-        return result
+            permuted[slot] = value
+        return permuted
 
     def _permute_domain(self, values: _Int) -> _Int:
         # FFX-style Feistel on halves of unequal width: each round replaces the wider

@@ -125,19 +125,9 @@ class _Resumer:
                 f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
                 "(a custom sampler's indices cannot be re-partitioned over ranks)"
             )
-        saved.require_complete(
-            f"resuming at world size {world_size}, batch size {batch_size} "
-            f"(saved: world size {any_state.world_size}, batch size {any_state.batch_size})"
-        )
-        epochs = {state.epoch for state in saved.ranks.values()}
-        if len(epochs) > 1:
-            where = ", ".join(f"rank {r} in epoch {s.epoch}" for r, s in sorted(saved.ranks.items()))
-            raise ResumeStateError(
-                f"saved ranks stopped in different epochs ({where}); a resume at another world size or "
-                f"batch size needs them in one epoch: resume at world size {any_state.world_size}, "
-                f"batch size {any_state.batch_size} until the epoch ends"
-            )
-        epoch = epochs.pop()
+        epoch = saved.one_epoch(f"at world size {world_size}, batch size {batch_size}",
+                                f"world size {any_state.world_size}, batch size {any_state.batch_size}",
+                                "world size or batch size")
         plan = self._plan_of(epoch)
         old_layout = Layout(plan.length, any_state.world_size, any_state.batch_size, self.mode)
         for state in saved.ranks.values():

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .generators import NAMES, Generator, generators
+from .generators import NAMES, Generator, generators, joint_snapshot
 from .seeds import own_generator_seed
 
 
@@ -68,17 +68,17 @@ def parse_choice(value: bool | Iterable[str]) -> bool | frozenset[str]:
     return names
 
 
-def _snapshot_of(watched: list[Generator]) -> Callable[[], list[Any]] | None:
-    """One call that snapshots every generator of `watched` (None: nothing is watched). Taken
-    twice per batch, so the common cases skip the loop."""
-    calls = [generator.snapshot for generator in watched]
-    if not calls:
+def _snapshot_of(watched: list[Generator]) -> tuple[Callable[[], Any], Callable[[Any], list[Any]]] | None:
+    """One call that snapshots every generator of `watched`, and what splits its result into
+    each one's `snapshot()` (None: nothing is watched). Taken twice per batch, so the common
+    cases skip the loop."""
+    if not watched:
         return None
-    if len(calls) == 3:
-        first, second, third = calls
-        return lambda: [first(), second(), third()]
-    return lambda: [call() for call in calls]
-
+    joint = joint_snapshot(watched)
+    if joint is not None:
+        return joint
+    calls = [generator.snapshot for generator in watched]
+    return (lambda: [call() for call in calls]), list
 
 class SampleRandomness:
     """What one process seeds before each sample, learnt from the batches it fetches.
@@ -98,7 +98,7 @@ class SampleRandomness:
         learn = choice is True and refetch
         self.seeded: list[Generator] = [] if learn else generators(names)
         self.probed: list[Generator] = generators(names) if learn else []
-        self.snapshot = _snapshot_of(self.watched)
+        self.snapshot, self._split = _snapshot_of(self.watched) or (None, list)
         self.own = not refetch  # whether samples get their seed in the context
         self.clean_batches = 0
         # Whether a batch whose generators did not change needs nothing more (no caller
@@ -113,9 +113,9 @@ class SampleRandomness:
     def settle(self, before: list[Any], samples: list[Any], refetch: Callable[[], list[Any]],
                where: Callable[[], str]) -> list[Any]:
         """`samples`, or `refetch()` if they drew from a generator that was not seeded or
-        asked for a seed; the caller's generator states (`before`, snapshots of `watched`)
+        asked for a seed; the caller's generator states (`before`, the snapshot of `watched`)
         restored either way."""
-        callers = dict(zip(self.watched, before))
+        callers = dict(zip(self.watched, self._split(before) if before else []))
         fetched_again = False
         while True:
             # A seeded fetch can take another path through the dataset than the unseeded
@@ -150,4 +150,4 @@ class SampleRandomness:
         self.seeded = self.seeded + drawn
         self.probed = [generator for generator in self.probed if generator not in drawn]
         self.quiet = False
-        self.snapshot = _snapshot_of(self.watched)
+        self.snapshot, self._split = _snapshot_of(self.watched) or (None, list)

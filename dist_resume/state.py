@@ -172,6 +172,19 @@ class SavedStates:
                 "(use dist_resume.load_checkpoint, or merge the state_dict() of every rank)"
             )
 
+    def one_epoch(self, resuming: str, saved_layout: str, changed: str) -> int:
+        """The epoch every saved rank stopped in; a re-partitioning resume (`resuming` at
+        another `changed` than `saved_layout`) needs every rank's state, all in one epoch."""
+        self.require_complete(f"resuming {resuming} (saved: {saved_layout})")
+        epochs = {state.epoch for state in self.ranks.values()}
+        if len(epochs) > 1:
+            where = ", ".join(f"rank {r} in epoch {s.epoch}" for r, s in sorted(self.ranks.items()))
+            raise ResumeStateError(
+                f"saved ranks stopped in different epochs ({where}); a resume at another {changed} needs "
+                f"them in one epoch: resume at {saved_layout} until the epoch ends"
+            )
+        return epochs.pop()
+
     def check_identity(self, identity: Identity) -> None:
         """G6: a state for another dataset, seed, shuffle or sharding mode is refused."""
         saved = self.any.identity

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Union
 
+import numpy
 import torch
 
+from ..arguments import checked_int
 from .quotas import MAX_POSITION, quotas
 from .split_tree import SplitTree
 
@@ -37,8 +39,7 @@ def parse_stages(weights: WeightsOrStages, names: Sequence[str]) -> list[Stage]:
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], Mapping)):
             raise ValueError(f"mixture stage must be (start position, {{source: weight}}), got {pair!r}")
         start, stage_weights = pair
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(f"mixture stage start must be an int >= 0, got {start!r}")
+        start = checked_int("mixture stage start", start, 0)
         if set(stage_weights) != set(names):
             missing, unknown = sorted(set(names) - set(stage_weights)), sorted(set(stage_weights) - set(names))
             raise ValueError(
@@ -69,8 +70,8 @@ class Schedule:
             span = self.starts[index] - self.starts[index - 1]
             tree, previous = self._trees[index - 1], self._offsets[-1]
             self._offsets.append([previous[s] + tree.count(s, span) for s in range(self.sources)])
-        self._starts_tensor = torch.tensor(self.starts, dtype=torch.int64)
-        self._offsets_tensor = torch.tensor(self._offsets, dtype=torch.int64)
+        self._starts_array = numpy.array(self.starts, dtype=numpy.int64)
+        self._offsets_array = numpy.array(self._offsets, dtype=numpy.int64)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Schedule) and self.stages == other.stages
@@ -100,15 +101,16 @@ class Schedule:
         if positions.numel() == 0:
             return positions.clone(), positions.clone()
         _check_position(int(positions.max()))
-        stage = torch.searchsorted(self._starts_tensor, positions, right=True) - 1
-        sources = torch.empty_like(positions)
-        draws = torch.empty_like(positions)
-        for index in torch.unique(stage).tolist():
+        values = positions.numpy()
+        stage = numpy.searchsorted(self._starts_array, values, side="right") - 1
+        sources = numpy.empty_like(values)
+        draws = numpy.empty_like(values)
+        for index in numpy.unique(stage).tolist():
             chosen = stage == index if len(self.stages) > 1 else slice(None)
-            source, within = self._trees[index].assign(positions[chosen] - self.starts[index])
+            source, within = self._trees[index].assign_array(values[chosen] - self.starts[index])
             sources[chosen] = source
-            draws[chosen] = self._offsets_tensor[index][source] + within
-        return sources, draws
+            draws[chosen] = self._offsets_array[index][source] + within
+        return torch.from_numpy(sources), torch.from_numpy(draws)
 
     def rebased(self, requested: Schedule, position: int) -> Schedule:
         """This schedule before `position`, `requested` from `position` on: the stage of

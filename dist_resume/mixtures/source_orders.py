@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy
 import torch
 
 from ..order import EpochOrder
@@ -29,16 +30,18 @@ class SourceOrders:
 
     def indices(self, sources: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
         """The index within its source that each draw reads (int64, like `draws`)."""
-        result = torch.empty_like(draws)
-        lengths = torch.tensor(self.lengths, dtype=torch.int64)[sources]
-        epochs, within = draws // lengths, draws % lengths
+        # numpy: these arrays are a chunk of positions, where torch's fixed cost per
+        # operation would dominate.
+        sources_of, draws_of = sources.numpy(), draws.numpy()
+        epochs, within = numpy.divmod(draws_of, numpy.array(self.lengths, dtype=numpy.int64)[sources_of])
         if not self.shuffle:
-            return within
-        for source in torch.unique(sources).tolist():
-            of_source = (sources == source).nonzero().squeeze(1)
+            return torch.from_numpy(within)
+        result = numpy.empty_like(draws_of)
+        for source in numpy.unique(sources_of).tolist():
+            of_source = numpy.flatnonzero(sources_of == source)
             source_epochs = epochs[of_source]
-            for epoch in torch.unique(source_epochs).tolist():
+            for epoch in numpy.unique(source_epochs).tolist():
                 chosen = of_source[source_epochs == epoch]
                 order = EpochOrder(self.lengths[source], self._seeds[source], epoch, True)
-                result[chosen] = torch.tensor(order.indices(within[chosen]), dtype=torch.int64)
-        return result
+                result[chosen] = order.index_array(within[chosen])
+        return torch.from_numpy(result)

@@ -1,0 +1,143 @@
+"""The batch requests a `ResumableDataLoader` sends its inner DataLoader: which positions
+and dataset indices each batch of the current pass holds, from its own epoch order or a
+user's sampler, starting at the consumed position."""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy
+import torch
+
+from .dataset_order import position_order
+from .dataset_state import DatasetStates
+from .elastic_plan import Plan, rank_positions
+from .fetch import BatchRequest
+from .layout import Layout
+from .state import Sampling
+
+if TYPE_CHECKING:
+    from .loader import ResumableDataLoader
+
+# Positions mapped to indices per vectorized call: large enough that the per-call
+# cost of tensor operations vanishes, small enough that the first batch is quick.
+_POSITIONS_PER_CHUNK = 16384
+
+
+class RequestSampler:
+    """The batch sampler of the inner DataLoader: each `iter()` asks the loader for the
+    requests of its current position, so persistent workers follow resumes. It refers to
+    the loader weakly: the loader owns the inner DataLoader, and a cycle would keep
+    persistent workers alive after the loader is dropped."""
+
+    def __init__(self, loader: ResumableDataLoader) -> None:
+        self._loader = weakref.ref(loader)
+
+    def __iter__(self) -> Iterator[BatchRequest]:
+        return self._owner()._requests()
+
+    def __len__(self) -> int:
+        return len(self._owner())
+
+    def _owner(self) -> ResumableDataLoader:
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("the ResumableDataLoader of this sampler was deleted")
+        return loader
+
+
+class BatchRequests:
+    """The request generation of `ResumableDataLoader` (a mixin: it reads the loader's position)."""
+
+    def _requests(self) -> Iterator[BatchRequest]:
+        # Read the position now: the generator body only runs when the first batch is drawn.
+        progress = self._progress
+        start = (progress.batches, progress.samples)
+        if self._sampling is Sampling.EPOCH_ORDER:
+            requests = self._epoch_order_requests(progress.epoch, progress.plan, start[0])
+        else:
+            requests = self._user_sampler_requests(progress.epoch, *start)
+        return recording_sizes(requests, self._sizes, start[0], self._dataset_states)
+
+    def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:
+        layout = Layout(plan.length, self.world_size, self._rank_batch_size, self._mode)
+        order = position_order(self.dataset, self._dataset_length, self.seed, epoch, self.shuffle)
+        total = layout.num_batches(self.rank)
+        per_chunk = max(1, _POSITIONS_PER_CHUNK // layout.batch_size)
+        for first in range(first_batch, total, per_chunk):
+            positions, sizes = rank_positions(plan, layout, self.rank, first, min(total, first + per_chunk))
+            indices = order.indices(positions)
+            starts, consecutive = consecutive_batches(positions, sizes)
+            # A batch of consecutive positions (all but padded or remapped ones) is sent as a
+            # range: no list built, a few bytes pickled to a worker.
+            listed = None if all(consecutive) else positions.tolist()
+            offset = 0
+            for size, start, in_order in zip(sizes, starts, consecutive):
+                batch_positions = range(start, start + size) if in_order else listed[offset : offset + size]
+                yield BatchRequest(epoch, batch_positions, indices[offset : offset + size])
+                offset += size
+
+    def _user_sampler_requests(self, epoch: int, first_batch: int, first_sample: int) -> Iterator[BatchRequest]:
+        sampler = self._user_sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        stateful = callable(getattr(sampler, "state_dict", None)) and callable(getattr(sampler, "load_state_dict", None))
+        if stateful:
+            if self._sampler_snapshot is None:
+                self._sampler_snapshot = sampler.state_dict()
+            else:
+                sampler.load_state_dict(self._sampler_snapshot)
+        elif self._sampler_rng.applies:
+            sampler = self._sampler_rng.iterate(sampler)
+        # Resume by replaying the sampler's indices (no data is fetched) up to the
+        # consumed count: a sampler's stream cannot be entered in the middle.
+        position = 0
+        if self._sampling is Sampling.BATCH_SAMPLER:
+            for index, batch in enumerate(sampler):
+                indices = list(batch)
+                if index >= first_batch:
+                    yield BatchRequest(epoch, range(position, position + len(indices)), indices)
+                position += len(indices)
+            return
+        pending: list[int] = []
+        for index in sampler:
+            if position >= first_sample:
+                pending.append(index)
+                if len(pending) == self._rank_batch_size:
+                    yield BatchRequest(epoch, range(position - len(pending) + 1, position + 1), pending)
+                    pending = []
+            position += 1
+        if pending and not self.drop_last:
+            yield BatchRequest(epoch, range(position - len(pending), position), pending)
+
+
+def recording_sizes(
+    requests: Iterator[BatchRequest], sizes: collections.deque[int], first_batch: int, states: DatasetStates | None
+) -> Iterator[BatchRequest]:
+    # Batches come back in request order (in_order=True), so the sizes queue tells the
+    # size of each batch as it is yielded.
+    for sent, request in enumerate(requests):
+        sizes.append(len(request.indices))
+        if states is not None:
+            # Request `sent` goes to worker `sent % roles`: its first one restores its role's state.
+            role = states.role(first_batch + sent)
+            request = request._replace(role=role, restore=states.restore(role) if sent < states.roles else None)
+        yield request
+
+
+def consecutive_batches(positions: torch.Tensor, sizes: list[int]) -> tuple[list[int], list[bool]]:
+    """For batches of `sizes` laid end to end in `positions`: each one's first position, and
+    whether its positions are consecutive."""
+    if not sizes:
+        return [], []
+    # numpy: a chunk's few operations cost a fraction of torch's fixed cost per operation.
+    values = positions.numpy()
+    counts = numpy.array(sizes, dtype=numpy.int64)
+    offsets = counts.cumsum() - counts
+    breaks = numpy.zeros(values.size, dtype=numpy.int64)
+    breaks[1:] = (numpy.diff(values) != 1).cumsum()
+    consecutive = breaks[offsets + counts - 1] == breaks[offsets]
+    return values[offsets].tolist(), consecutive.tolist()

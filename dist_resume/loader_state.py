@@ -1,0 +1,86 @@
+"""Saving and loading a `ResumableDataLoader`'s position (G1-G6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .dataset_order import definition_digest, resume_definition, save_definition
+from .dataset_state import DATASET_KEY
+from .loader_progress import Progress
+from .remap import resume_rank
+from .sampler_rng import SAMPLER_RNG_KEY
+from .state import FORMAT_VERSION, RankState, decode, encode, plan_digest, rank_key
+from .streams.cursor import STREAM_KEY
+
+
+class LoaderState:
+    """`state_dict` and `load_state_dict` of `ResumableDataLoader` (a mixin)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's position: int64 tensors under a key unique to the rank (G5)."""
+        progress = self._progress
+        state = RankState(
+            version=FORMAT_VERSION,
+            dataset_length=self._dataset_length,
+            seed=self.seed,
+            shuffle=int(self.shuffle),
+            drop_last=int(self.drop_last),
+            even_batches=int(self.even_batches),
+            sampling=int(self._sampling),
+            epoch=progress.epoch,
+            world_size=self.world_size,
+            rank=self.rank,
+            batch_size=self._rank_batch_size,
+            global_batch=self.world_size * self._rank_batch_size,
+            batches_consumed=progress.batches,
+            samples_consumed=progress.samples,
+            epoch_finished=int(progress.finished),
+            plan_digest=plan_digest(self._plan_values),
+            dataset_digest=definition_digest(self.dataset),
+        )
+        sampler_state = None
+        if callable(getattr(self._user_sampler, "state_dict", None)):
+            sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
+        state_dict = encode(state, self._plan_values, sampler_state)
+        save_definition(self.dataset, state_dict)
+        if self._stream is not None:
+            state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
+        if self._dataset_states is not None:
+            state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
+        sampler_rng = self._sampler_rng.state()
+        if sampler_rng is not None:
+            state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng
+        return state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a saved state at the next `iter()` (G1, G6). `state_dict` holds this
+        rank's entry, or the entries of every saved rank (needed when the world size or the
+        batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
+        saved = decode(state_dict)
+        self._dataset_length = self._current_length()
+        if not self._seed_given:
+            self.seed = saved.any.seed
+        adopt_definition = resume_definition(self.dataset, state_dict, saved)
+        saved.check_identity(self.identity)
+        adopt_definition()
+        if self._stream is not None:
+            own = self._stream.load(state_dict, saved, self.rank, self.world_size)
+            self._progress = Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
+                                       own.samples_consumed, bool(own.epoch_finished))
+            self._resume_pending = True
+            self._generation += 1
+            return
+        resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
+        if self._dataset_states is not None:
+            entry = state_dict.get(rank_key(self.rank), {}).get(DATASET_KEY)
+            self._dataset_states.load(entry, saved.any.world_size, self.world_size)
+        if resume.remapped:
+            finished = resume.plan.length == 0
+        else:
+            finished = bool(saved.ranks[self.rank].epoch_finished)
+        self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
+        self._progress = Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
+        self._sampler_snapshot = saved.sampler_states.get(self.rank)
+        self._sampler_rng.load(state_dict.get(rank_key(self.rank), {}).get(SAMPLER_RNG_KEY))
+        self._resume_pending = True
+        self._generation += 1
