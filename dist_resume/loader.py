@@ -22,6 +22,7 @@ from .loader_requests import BatchRequests, RequestSampler
 from .loader_state import LoaderState
 from .sample_rng import parse_choice
 from .sampler_rng import SamplerRandomness
+from .single_process import SingleProcessBatches, serves
 from .state import Identity, Sampling
 from .streams.cursor import StreamCursor
 from .streams.sharded import ShardedStream
@@ -293,7 +294,8 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
                                         self.deterministic_transforms, self.seed)
             batches = iter(inner)
             return ResumingIterator(self, self._stream.yielded(batches, self._sizes), self._generation, batches)
-        batches = iter(self._inner_loader())
+        loader = self._inner_loader()
+        batches = SingleProcessBatches(loader) if serves(loader) else iter(loader)
         inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
         return ResumingIterator(self, inner, self._generation, batches)
 
