@@ -3,24 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
 
 import numpy
 
 from .generators import NAMES, generators
 
 _MASK64 = (1 << 64) - 1
-_Int = TypeVar("_Int", int, numpy.ndarray)
 _SEED_BITS = (1 << 63) - 1
 _VECTORIZED = 16  # positions from which numpy beats a Python loop
+_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def _splitmix64(value: _Int) -> _Int:
-    # Operators only: serves Python ints and uint64 arrays alike.
-    value = (value + 0x9E3779B97F4A7C15) & _MASK64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+def _splitmix64(value: int) -> int:
+    value = (value + _GAMMA) & _MASK64
+    value = ((value ^ (value >> 30)) * _MIX1) & _MASK64
+    value = ((value ^ (value >> 27)) * _MIX2) & _MASK64
     return value ^ (value >> 31)
+
+
+_U64 = numpy.uint64
+_GAMMA_U64, _MIX1_U64, _MIX2_U64, _SEED_BITS_U64 = (_U64(value) for value in (_GAMMA, _MIX1, _MIX2, _SEED_BITS))
+_SHIFTS = tuple(_U64(bits) for bits in (30, 27, 31))
+
+
+def _splitmix64_seeds(values: numpy.ndarray) -> numpy.ndarray:
+    """`_splitmix64(v) & _SEED_BITS` of each uint64 `v`, in place: uint64 arithmetic wraps
+    modulo 2**64 as the masks do, and in-place operations skip an allocation per step."""
+    values += _GAMMA_U64
+    values ^= values >> _SHIFTS[0]
+    values *= _MIX1_U64
+    values ^= values >> _SHIFTS[1]
+    values *= _MIX2_U64
+    values ^= values >> _SHIFTS[2]
+    values &= _SEED_BITS_U64
+    return values
 
 
 def _absorb(state: int, part: int) -> int:
@@ -41,12 +57,12 @@ def derive_seeds(seed: int, epoch: int, positions: Sequence[int]) -> list[int]:
     prefix = _absorb(_absorb(0, seed), epoch)
     if len(positions) < _VECTORIZED:
         return [_absorb(prefix, position) & _SEED_BITS for position in positions]
-    # The same operators on uint64 arrays, which wrap modulo 2**64 as the masks do.
     if isinstance(positions, range):
         values = numpy.arange(positions.start, positions.stop, positions.step, dtype=numpy.uint64)
     else:
         values = numpy.array(positions, dtype=numpy.uint64)
-    return (_splitmix64(values ^ numpy.uint64(prefix)) & numpy.uint64(_SEED_BITS)).tolist()
+    values ^= _U64(prefix)
+    return _splitmix64_seeds(values).tolist()
 
 
 # Salt of the seed handed to a sample's own generator, so that its draws differ from
