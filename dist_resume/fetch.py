@@ -52,32 +52,45 @@ class SeededDataset(Dataset):
         return [Tagged(samples, request.role, len(samples), state_now(self._dataset))]
 
     def _fetch(self, request: BatchRequest) -> list[Any]:
-        randomness = self._randomness
-        if randomness is None:
-            randomness = SampleRandomness(self._choice, refetch=not self._stateful)
-            object.__setattr__(self, "_randomness", randomness)
+        randomness = self._randomness or self._start_randomness()
+        if not randomness.quiet or randomness.own:
+            return self._seeded_fetch(request, randomness)
+        # The common case, kept short: nothing to seed, the probed generators watched.
+        snapshot = randomness.snapshot
+        before = snapshot() if snapshot is not None else None
+        dataset = self._dataset
+        context = CONTEXT
+        context.fetching = True
+        try:
+            samples = dataset.__getitems__(request.indices) if self._batched else [dataset[index] for index in request.indices]
+        finally:
+            context.fetching = False
+        if context.asked or (before is not None and snapshot() != before):
+            return self._settle(request, randomness, before, samples)
+        randomness.clean_batches += 1
+        return samples
+
+    def _start_randomness(self) -> SampleRandomness:
+        randomness = SampleRandomness(self._choice, refetch=not self._stateful)
+        object.__setattr__(self, "_randomness", randomness)
+        return randomness
+
+    def _seeded_fetch(self, request: BatchRequest, randomness: SampleRandomness) -> list[Any]:
         snapshot = randomness.snapshot
         before = snapshot() if snapshot is not None else None
         samples = self._samples(request, randomness)
-        if before is not None and randomness.quiet and not CONTEXT.asked and snapshot() == before:
-            randomness.clean_batches += 1  # the common case, kept short
-            return samples
         if before is not None or CONTEXT.asked:
-            samples = randomness.settle(before or [], samples, lambda: self._samples(request, randomness),
-                                        lambda: f"epoch {request.epoch}, position {request.positions[0]}")
+            samples = self._settle(request, randomness, before, samples)
         return samples
 
+    def _settle(self, request: BatchRequest, randomness: SampleRandomness, before: Any, samples: list[Any]) -> list[Any]:
+        return randomness.settle(before or [], samples, lambda: self._samples(request, randomness),
+                                 lambda: f"epoch {request.epoch}, position {request.positions[0]}")
+
     def _samples(self, request: BatchRequest, randomness: SampleRandomness) -> list[Any]:
+        """The batch with each sample seeded (its seed in the context when `randomness.own`)."""
         dataset = self._dataset
         context = CONTEXT
-        if not randomness.seeded and not randomness.own:
-            context.fetching = True
-            try:
-                if self._batched:
-                    return dataset.__getitems__(request.indices)
-                return [dataset[index] for index in request.indices]
-            finally:
-                context.fetching = False
         seeders = [generator.seed for generator in randomness.seeded]
         outer = context.seed
         try:
