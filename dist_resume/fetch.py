@@ -25,6 +25,22 @@ class BatchRequest(NamedTuple):
     role: int = 0
     restore: Any = None
 
+    def wire(self) -> tuple:
+        """The request as a worker receives it: builtins only, the positions as their first
+        one when consecutive. Pickled for every batch, where a class or a `range` to look up
+        costs more than the rest of the request."""
+        positions = self.positions
+        first = positions.start if type(positions) is range and positions.step == 1 else list(positions)
+        if self.role == 0 and self.restore is None:
+            return self.epoch, first, self.indices
+        return self.epoch, first, self.indices, self.role, self.restore
+
+    @classmethod
+    def unwire(cls, wire: tuple) -> BatchRequest:
+        epoch, first, indices, *rest = wire
+        positions = range(first, first + len(indices)) if type(first) is int else first
+        return cls(epoch, positions, indices, *rest)
+
 
 class SeededDataset(Dataset):
     """The user's dataset, fetched by `BatchRequest`, each sample under its own seed (G4).
@@ -43,7 +59,9 @@ class SeededDataset(Dataset):
         if choice:
             generators(NAMES)  # found once here, so that forked workers need not look again
 
-    def __getitems__(self, request: BatchRequest) -> list[Any]:
+    def __getitems__(self, request: BatchRequest | tuple) -> list[Any]:
+        if type(request) is tuple:
+            request = BatchRequest.unwire(request)
         if not self._stateful:
             return self._fetch(request)
         if request.restore is not None:

@@ -36,8 +36,10 @@ class RequestSampler:
     def __init__(self, loader: ResumableDataLoader) -> None:
         self._loader = weakref.ref(loader)
 
-    def __iter__(self) -> Iterator[BatchRequest]:
-        return self._owner()._requests()
+    def __iter__(self) -> Iterator[BatchRequest | tuple]:
+        loader = self._owner()
+        requests = loader._requests()
+        return map(BatchRequest.wire, requests) if loader.num_workers else requests
 
     def __len__(self) -> int:
         return len(self._owner())
