@@ -10,7 +10,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset, WeightedRandomS
 from dist_resume import Mixture, ResumableDataLoader
 
 from .report import FigureResult
-from .timing import interleaved
+from .timing import interleaved, repetitions
 from .workloads import epoch_rate
 
 SLICE = 2048
@@ -62,7 +62,6 @@ def run(quick: bool) -> list[FigureResult]:
                           "batches/s", log_scale=True)
     parts = sources()
     length = 4_096 if quick else 16_384
-    reps = 3 if quick else 7
     for workers in (0, 2):
         case = f"{workers} workers"
         mix = Mixture(parts, WEIGHTS, length)
@@ -73,7 +72,7 @@ def run(quick: bool) -> list[FigureResult]:
                                                deterministic_transforms=False),
         }
         stats = interleaved({name: (lambda loader=loader: epoch_rate(loader)) for name, loader in loaders.items()},
-                            reps)
+                            repetitions(quick, workers))
         for name, value in stats.items():
             result.add(case, name, value)
         for name in (OURS, OURS_UNSEEDED):

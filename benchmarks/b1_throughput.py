@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .report import FigureResult
-from .timing import interleaved
+from .timing import interleaved, repetitions
 from .workloads import LOADERS, OURS, TORCH, TORCHDATA, WORKLOAD_NOTES, epoch_rate, workloads
 
 # Targets of issue 12: near torch where per-batch work is real, within 10% on pure overhead.
@@ -12,8 +12,6 @@ _VS_TORCH = {"tiny": 0.90, "token-slice": 0.97, "augmented": 0.97}
 
 def run(quick: bool) -> list[FigureResult]:
     result = FigureResult("B1", "batches/s over one shuffled epoch (higher is better)", "batches/s", log_scale=True)
-    # Long enough that worker start (num_workers=2, once per epoch) does not dominate.
-    reps = 3 if quick else 7
     sizes = workloads(1 if quick else 4)
     for workload, (dataset, batch_size) in sizes.items():
         for workers in (0, 2):
@@ -21,7 +19,7 @@ def run(quick: bool) -> list[FigureResult]:
             loaders = {name: make(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
                        for name, make in LOADERS.items()}
             runs = {name: (lambda loader=loader: epoch_rate(loader)) for name, loader in loaders.items()}
-            stats = interleaved(runs, reps)
+            stats = interleaved(runs, repetitions(quick, workers))
             for name, value in stats.items():
                 result.add(case, name, value)
             for other, target in ((TORCH, _VS_TORCH[workload]), (TORCHDATA, 1.0)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dist_resume import ResumableDataLoader
 
 from .report import FigureResult
-from .timing import interleaved
+from .timing import interleaved, repetitions
 from .workloads import WORKLOAD_NOTES, epoch_rate, workloads
 
 ON, OFF = "deterministic_transforms=True", "deterministic_transforms=False"
@@ -17,7 +17,6 @@ _COST = {"tiny": 0.01, "token-slice": 0.01, "augmented": 0.03}
 def run(quick: bool) -> list[FigureResult]:
     result = FigureResult("B6", "per-sample randomness on vs off, batches/s (higher is better)", "batches/s",
                           log_scale=True)
-    reps = 3 if quick else 7
     for workload, (dataset, batch_size) in workloads(1 if quick else 4).items():
         for workers in (0, 2):
             case = f"{workload}, {workers} workers"
@@ -27,7 +26,7 @@ def run(quick: bool) -> list[FigureResult]:
                 for label, deterministic in ((ON, True), (OFF, False))
             }
             runs = {label: (lambda loader=loader: epoch_rate(loader)) for label, loader in loaders.items()}
-            stats = interleaved(runs, reps)
+            stats = interleaved(runs, repetitions(quick, workers))
             for label, value in stats.items():
                 result.add(case, label, value)
             cost = stats[OFF].median / stats[ON].median - 1

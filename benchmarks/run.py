@@ -28,6 +28,7 @@ FIGURES = {
     "B4": "b4_remap",
     "B5": "b5_checkpoint",
     "B6": "b6_seeding",
+    "B6F": "b6_floors",  # the fixed costs behind B6
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
 }

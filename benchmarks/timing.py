@@ -30,6 +30,15 @@ class Stats:
         return cls(value, value, value, 1)
 
 
+def repetitions(quick: bool, workers: int) -> int:
+    """Interleaved repetitions of one epoch-timing case. With workers, three processes share
+    the machine's cores and an epoch moves by about 10% with their scheduling: twice as many
+    repetitions bring the median's spread down to a few percent."""
+    if quick:
+        return 3
+    return 15 if workers else 7
+
+
 def seconds(fn: Callable[[], object]) -> float:
     """Wall time of one call of `fn`."""
     start = time.perf_counter()

@@ -31,3 +31,18 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     assert {check["name"] for check in report["figures"]["B4"]["checks"]} == {"4096 -> 3072 ranks, seconds"}
     table = (tmp_path / "latest.md").read_text()
     assert "| id | target | measured | met |" in table and "### B3" in table and "### B4" in table
+
+
+@pytest.mark.slow
+def test_the_floor_figure_times_every_way_of_fetching(tmp_path: Path) -> None:
+    """`--only B6F` times each workload's fetch unseeded and by the loader, and reseeded by
+    hand only for the workload that draws (augmented)."""
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B6F", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    figure = json.loads((tmp_path / "latest.json").read_text())["figures"]["B6-floor"]
+    measured = {(row["case"], row["series"].split(",")[1].strip() if "," in row["series"] else row["series"])
+                for row in figure["rows"]}
+    assert {case for case, _ in measured} == {"fixed costs", "tiny", "token-slice", "augmented"}
+    assert ("augmented", "torch reseeded by hand before each sample") in measured
+    assert ("tiny", "torch reseeded by hand before each sample") not in measured
+    assert all(row["stats"]["median"] > 0 for row in figure["rows"])
