@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import weakref
 
 import numpy
@@ -418,3 +419,119 @@ def test_iterable_items_are_never_compared():
             return iter([numpy.arange(3) + i for i in range(4)])
 
     assert [batch.tolist() for batch in ResumableDataLoader(Arrays(), batch_size=None)] == [[i, i + 1, i + 2] for i in range(4)]
+
+
+class SelfIterating(IterableDataset):
+    """An iterable that is its own iterator, with its cursor as its state (torchdata's
+    DummyIteratorIterableDataset): `iter()` does not rewind it."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.cursor = length, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        if self.cursor >= self.length:
+            raise StopIteration
+        self.cursor += 1
+        return self.cursor - 1
+
+    def state_dict(self) -> dict:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cursor = state["cursor"]
+
+
+def test_a_state_taken_after_iter_holds_the_in_process_iterables_state():
+    """G1 at num_workers=0: a state taken after `iter()` and before the first batch resumes
+    where the dataset stood then, even after the dataset (the same object) ran on."""
+    dataset = SelfIterating(10)
+    loader = ResumableDataLoader(dataset, batch_size=3)
+    iterator = iter(loader)
+    state = loader.state_dict()
+    expected = [batch.tolist() for batch in iterator]
+    assert dataset.cursor == 10
+    resumed = ResumableDataLoader(dataset, batch_size=3)
+    resumed.load_state_dict(state)
+    assert [batch.tolist() for batch in resumed] == expected == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+class DrawingIterator:
+    """A stateful iterator that draws from torch's global generator and keeps that
+    generator's state in its own (torchdata's DummyIterator)."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.cursor = length, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        if self.cursor >= self.length:
+            raise StopIteration
+        self.cursor += 1
+        return int(torch.randint(1000, (1,)))
+
+    def state_dict(self) -> dict:
+        return {"cursor": self.cursor, "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cursor = state["cursor"]
+        torch.set_rng_state(state["rng"])
+
+
+class DrawingStream(IterableDataset):
+    def __iter__(self):
+        return DrawingIterator(12)
+
+
+def test_a_state_taken_after_iter_holds_the_in_process_iterators_state():
+    """The same with a stateful iterator: its state (here holding the generator it draws
+    from) is taken when the loader's state is, so the resume draws what the run drew."""
+    torch.manual_seed(0)
+    loader = ResumableDataLoader(DrawingStream(), batch_size=4, seed=0)
+    iterator = iter(loader)
+    state = loader.state_dict()
+    expected = [batch.tolist() for batch in iterator]
+    resumed = ResumableDataLoader(DrawingStream(), batch_size=4, seed=0)
+    resumed.load_state_dict(state)
+    assert [batch.tolist() for batch in resumed] == expected and len(expected) == 3
+
+
+def test_a_state_taken_before_iter_resumes_a_new_dataset_from_its_start():
+    """Before the first `iter()` the loader does not ask the dataset for its state (it may
+    have none yet): the resume iterates the dataset afresh, as in a new process."""
+    loader = ResumableDataLoader(SelfIterating(10), batch_size=3)
+    state = loader.state_dict()
+    expected = [batch.tolist() for batch in loader]
+    resumed = ResumableDataLoader(SelfIterating(10), batch_size=3)
+    resumed.load_state_dict(state)
+    assert [batch.tolist() for batch in resumed] == expected
+
+
+class Numbers(IterableDataset):
+    def __iter__(self):
+        return iter(range(8))
+
+
+@pytest.mark.parametrize("seed", [0, 123])
+def test_an_iterable_at_num_workers_0_leaves_the_callers_generators_alone(seed):
+    """The training loop's draws between batches are those under torch's DataLoader: the
+    loader does not reseed the process's generators for a stream read in process (with a
+    given seed; without one, the loader draws its seed from torch's generator first)."""
+    def draws(make) -> list[float]:
+        out = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            random.seed(global_seed)
+            numpy.random.seed(global_seed)
+            for _ in make():
+                out.append((torch.rand(()).item(), random.random(), float(numpy.random.rand())))
+        return out
+
+    theirs = draws(lambda: DataLoader(Numbers(), batch_size=4))
+    ours = draws(lambda: ResumableDataLoader(Numbers(), batch_size=4, seed=seed))
+    assert ours == theirs
+    assert theirs[:2] != theirs[2:]

@@ -77,6 +77,10 @@ class _SnapshotReader:
         for _ in itertools.islice(self.items, skip):
             pass
 
+    def now(self) -> Snapshot | None:
+        """The stream's state now (None: it has none)."""
+        return Snapshot(self._of_iterator, state_now(self._source)) if is_stateful(self._source) else None
+
     def payload(self) -> Snapshot | None:
         """The stream's state after this batch, every `every` batches; else None."""
         self._batches += 1
@@ -121,11 +125,17 @@ class _WorkerStream(IterableDataset):
         self._seed = seed  # None: leave the workers' random generators alone
 
     def __iter__(self) -> Iterator[Tagged]:
+        # The stream starts when the inner loader's iterator is made, as torch's DataLoader
+        # calls iter(dataset) then: a state taken right after iter() holds the dataset's.
         info = get_worker_info()
         role, roles = (info.id, info.num_workers) if info is not None else (0, 1)
-        if self._seed is not None:
+        # A worker's generators are its own; in process they are the training loop's, which
+        # the stream draws from as under torch's DataLoader (never reseeded here).
+        if self._seed is not None and info is not None:
             SampleSeeder().seed(derive_seed(self._seed, role))
-        reader = self._resume(self.dataset, role, roles)
+        return self._batches(self._resume(self.dataset, role, roles), role)
+
+    def _batches(self, reader: _SnapshotReader | _ShardReader, role: int) -> Iterator[Tagged]:
         size = self._batch_size or 1
         while True:
             items = list(itertools.islice(reader.items, size))
@@ -149,13 +159,18 @@ class _RoleInit:
 
 
 class _SnapshotResume:
-    def __init__(self, records: list[tuple[Any, int]], every: int) -> None:
+    def __init__(self, records: list[tuple[Any, int]], every: int,
+                 started: Callable[[_SnapshotReader], None] | None) -> None:
         self._records = records
         self._every = every
+        self._started = started  # in process: given the reader once the dataset's __iter__ ran
 
     def __call__(self, dataset: IterableDataset, role: int, roles: int) -> _SnapshotReader:
         snapshot, skip = self._records[role]
-        return _SnapshotReader(dataset, snapshot, skip, self._every)
+        reader = _SnapshotReader(dataset, snapshot, skip, self._every)
+        if self._started is not None:
+            self._started(reader)
+        return reader
 
 
 class _ShardResume:
@@ -187,22 +202,34 @@ class _SnapshotRecords:
         self._dataset = dataset
         self._roles = roles
         self._every = every
-        # num_workers=0: the dataset itself is the stream, and once it ran, its current
-        # state is where a role that yielded nothing yet stands (an epoch's start).
-        self._in_process = in_process and is_stateful(dataset)
-        self._ran = False
+        # num_workers=0: the stream is this process's, so where a role that yielded nothing
+        # yet stands is its current state: that of the pass's iterator (or the dataset) once
+        # the loader called the dataset's __iter__, and between passes the dataset's, as the
+        # same object may run on after the state is taken. Before its first __iter__ it may
+        # have no state yet, and a resume iterates it afresh.
+        self._in_process = in_process
+        self._iterated = False
+        self._reader: _SnapshotReader | None = None  # this pass's, in process
         self._records: list[tuple[Any, int]] = []
 
     def start_epoch(self) -> None:
         # A new epoch iterates the dataset afresh, as torch's DataLoader does: no state is
         # loaded into it (its own __iter__ decides where a new pass starts).
         self._records = [(None, 0)] * self._roles
+        self._reader = None
 
     def resume(self, epoch: int, rank: int, world_size: int) -> _SnapshotResume:
-        return _SnapshotResume(list(self._records), self._every)
+        return _SnapshotResume(list(self._records), self._every, self._started if self._in_process else None)
+
+    def _started(self, reader: _SnapshotReader) -> None:
+        self._iterated, self._reader = True, reader
+
+    def _current(self) -> Snapshot | None:
+        if self._reader is not None:
+            return self._reader.now()
+        return Snapshot(False, state_now(self._dataset)) if self._iterated and is_stateful(self._dataset) else None
 
     def record(self, tagged: Tagged) -> None:
-        self._ran = True
         snapshot, items = self._records[tagged.role]
         self._records[tagged.role] = (tagged.payload, 0) if tagged.payload is not None else (snapshot, items + tagged.items)
 
@@ -213,8 +240,8 @@ class _SnapshotRecords:
         state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
         of_iterator = []
         for role, (snapshot, items) in enumerate(self._records):
-            if snapshot is None and not items and self._in_process and self._ran:
-                snapshot = Snapshot(False, state_now(self._dataset))
+            if snapshot is None and not items and self._in_process:
+                snapshot = self._current()
             of_iterator.append(int(snapshot is not None and snapshot.of_iterator))
             if snapshot is not None:
                 state[f"snapshot_{role}"] = snapshot.state
@@ -223,6 +250,8 @@ class _SnapshotRecords:
 
     def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
         ((where, own),) = entries.items()
+        # What this process's stream did before no longer tells where the loaded state stands.
+        self._iterated, self._reader = False, None
         items = role_items(own, where, self._roles)
         of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
         self._records = [
