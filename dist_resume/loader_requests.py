@@ -67,20 +67,7 @@ class BatchRequests:
     def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:
         layout = Layout(plan.length, self.world_size, self._rank_batch_size, self._mode)
         order = position_order(self.dataset, self._dataset_length, self.seed, epoch, self.shuffle)
-        total = layout.num_batches(self.rank)
-        per_chunk = max(1, _POSITIONS_PER_CHUNK // layout.batch_size)
-        for first in range(first_batch, total, per_chunk):
-            positions, sizes = rank_positions(plan, layout, self.rank, first, min(total, first + per_chunk))
-            indices = order.indices(positions)
-            starts, consecutive = consecutive_batches(positions, sizes)
-            # A batch of consecutive positions (all but padded or remapped ones) is sent as a
-            # range: no list built, a few bytes pickled to a worker.
-            listed = None if all(consecutive) else positions.tolist()
-            offset = 0
-            for size, start, in_order in zip(sizes, starts, consecutive):
-                batch_positions = range(start, start + size) if in_order else listed[offset : offset + size]
-                yield BatchRequest(epoch, batch_positions, indices[offset : offset + size])
-                offset += size
+        return epoch_order_requests(epoch, plan, layout, self.rank, order, first_batch)
 
     def _user_sampler_requests(self, epoch: int, first_batch: int, first_sample: int) -> Iterator[BatchRequest]:
         sampler = self._user_sampler
@@ -94,26 +81,59 @@ class BatchRequests:
                 sampler.load_state_dict(self._sampler_snapshot)
         elif self._sampler_rng.applies:
             sampler = self._sampler_rng.iterate(sampler)
-        # Resume by replaying the sampler's indices (no data is fetched) up to the
-        # consumed count: a sampler's stream cannot be entered in the middle.
-        position = 0
         if self._sampling is Sampling.BATCH_SAMPLER:
-            for index, batch in enumerate(sampler):
-                indices = list(batch)
-                if index >= first_batch:
-                    yield BatchRequest(epoch, range(position, position + len(indices)), indices)
-                position += len(indices)
-            return
-        pending: list[int] = []
-        for index in sampler:
-            if position >= first_sample:
-                pending.append(index)
-                if len(pending) == self._rank_batch_size:
-                    yield BatchRequest(epoch, range(position - len(pending) + 1, position + 1), pending)
-                    pending = []
-            position += 1
-        if pending and not self.drop_last:
-            yield BatchRequest(epoch, range(position - len(pending), position), pending)
+            return batch_sampler_requests(sampler, epoch, first_batch)
+        return sampler_requests(sampler, epoch, first_sample, self._rank_batch_size, self.drop_last)
+
+
+# The request generators hold no reference to the loader: the inner DataLoader's persistent
+# iterator keeps its batch sampler's generator, and a loader held from there would outlive
+# its last user with its workers running.
+
+
+def epoch_order_requests(epoch: int, plan: Plan, layout: Layout, rank: int, order, first_batch: int
+                         ) -> Iterator[BatchRequest]:
+    """The requests of `rank`'s batches from `first_batch` on, in the loader's epoch order."""
+    total = layout.num_batches(rank)
+    per_chunk = max(1, _POSITIONS_PER_CHUNK // layout.batch_size)
+    for first in range(first_batch, total, per_chunk):
+        positions, sizes = rank_positions(plan, layout, rank, first, min(total, first + per_chunk))
+        indices = order.indices(positions)
+        starts, consecutive = consecutive_batches(positions, sizes)
+        # A batch of consecutive positions (all but padded or remapped ones) is sent as a
+        # range: no list built, a few bytes pickled to a worker.
+        listed = None if all(consecutive) else positions.tolist()
+        offset = 0
+        for size, start, in_order in zip(sizes, starts, consecutive):
+            batch_positions = range(start, start + size) if in_order else listed[offset : offset + size]
+            yield BatchRequest(epoch, batch_positions, indices[offset : offset + size])
+            offset += size
+
+
+def batch_sampler_requests(batch_sampler, epoch: int, first_batch: int) -> Iterator[BatchRequest]:
+    """A user batch sampler's batches from `first_batch` on. Resume replays the sampler's
+    indices (no data is fetched): a sampler's stream cannot be entered in the middle."""
+    position = 0
+    for index, batch in enumerate(batch_sampler):
+        indices = list(batch)
+        if index >= first_batch:
+            yield BatchRequest(epoch, range(position, position + len(indices)), indices)
+        position += len(indices)
+
+
+def sampler_requests(sampler, epoch: int, first_sample: int, batch_size: int, drop_last: bool) -> Iterator[BatchRequest]:
+    """A user sampler's indices from `first_sample` on, in batches (replayed as above)."""
+    position = 0
+    pending: list[int] = []
+    for index in sampler:
+        if position >= first_sample:
+            pending.append(index)
+            if len(pending) == batch_size:
+                yield BatchRequest(epoch, range(position - len(pending) + 1, position + 1), pending)
+                pending = []
+        position += 1
+    if pending and not drop_last:
+        yield BatchRequest(epoch, range(position - len(pending), position), pending)
 
 
 def recording_sizes(

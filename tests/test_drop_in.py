@@ -306,6 +306,29 @@ def test_persistent_workers_end_with_their_loader():
         gc.enable()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling", ["epoch order", "user sampler", "user batch sampler"])
+def test_persistent_workers_end_with_an_iterator_dropped_midway(sampling):
+    """torch's test_partial_workers: only the iterator is held, it is dropped after a few
+    batches of many, and the workers exit with it (no cycle through the request generator)."""
+    dataset = Squares(64)
+    options = {"epoch order": {"batch_size": 2},
+               "user sampler": {"batch_size": 2, "sampler": SequentialSampler(dataset)},
+               "user batch sampler": {"batch_sampler": BatchSampler(SequentialSampler(dataset), 2, False)}}[sampling]
+    iterator = iter(ResumableDataLoader(dataset, num_workers=2, persistent_workers=True, **options))
+    workers = list(iterator._workers)
+    for _ in range(3):
+        next(iterator)
+    gc.disable()
+    try:
+        del iterator
+        for worker in workers:
+            worker.join(10)
+        assert not any(worker.is_alive() for worker in workers)
+    finally:
+        gc.enable()
+
+
 class InitSeeds(Dataset):
     """Each sample: the seeds its worker's worker_init_fn saw."""
 
