@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,10 @@ class ResumingIterator:
         self._generation = generation
         self._ended = False
         self._batches = batches  # torch's iterator under `inner`
+        # As torch's iterator: once len(loader) was read, a stream that yields more batches
+        # than that length warns (worker replicas of a stream that is not split, say).
+        self._reported_length = loader._IterableDataset_len_called if loader._stream is not None else None
+        self._yielded = 0
 
     @property
     def _workers(self) -> list[Any]:
@@ -62,4 +67,18 @@ class ResumingIterator:
             loader._exhausted()
             raise
         loader._consumed()
+        if self._reported_length is not None:
+            self._yielded += 1
+            if self._yielded > self._reported_length:
+                self._warn_past_length()
         return batch
+
+    def _warn_past_length(self) -> None:
+        loader = self._loader
+        message = (f"Length of IterableDataset {loader.dataset} was reported to be {self._reported_length} (when "
+                   f"accessing len(dataloader)), but {self._yielded} samples have been fetched. ")
+        if loader.num_workers > 0:
+            message += ("For multiprocessing data-loading, this could be caused by not properly configuring the "
+                        "IterableDataset replica at each worker. Please see "
+                        "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.")
+        warnings.warn(message, stacklevel=3)

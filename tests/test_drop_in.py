@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+import warnings
 import weakref
 
 import numpy
@@ -558,3 +559,40 @@ def test_an_iterable_at_num_workers_0_leaves_the_callers_generators_alone(seed):
     ours = draws(lambda: ResumableDataLoader(Numbers(), batch_size=4, seed=seed))
     assert ours == theirs
     assert theirs[:2] != theirs[2:]
+
+
+class Counting(IterableDataset):
+    """Every worker yields the whole range (a stream that is not split across workers)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self):
+        return iter(range(self.length))
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_stream_that_yields_past_its_reported_length_warns_as_under_torch(num_workers):
+    """torch's NOTE [ IterableDataset and __len__ ]: after len(loader) was read, each batch
+    past that length warns (here, with workers, each replica yields the whole stream)."""
+    loader = ResumableDataLoader(Counting(6), batch_size=None, num_workers=num_workers)
+    assert len(list(loader)) == 6 * max(num_workers, 1)  # no warning before len() is read
+    assert len(loader) == 6
+    iterator = iter(loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        head = [next(iterator) for _ in range(6)]
+    if num_workers == 0:
+        assert head == list(range(6)) and list(iterator) == []
+        return
+    with pytest.warns(UserWarning) as caught:
+        next(iterator)
+    (warning,) = caught
+    assert str(warning.message) == (
+        "Length of IterableDataset " + str(loader.dataset) + " was reported to be 6 (when accessing "
+        "len(dataloader)), but 7 samples have been fetched. For multiprocessing data-loading, this could be "
+        "caused by not properly configuring the IterableDataset replica at each worker. Please see "
+        "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.")
