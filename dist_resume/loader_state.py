@@ -58,8 +58,11 @@ class LoaderState:
         batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
         saved = decode(state_dict)
         self._dataset_length = self._current_length()
-        if not self._seed_given:
+        if not self._seed_given and saved.any.seed != self.seed:
             self.seed = saved.any.seed
+            # The inner loader's dataset wrapper, and its workers' copies, seed samples from
+            # the seed they were made with: a new one is made at the next iter().
+            self._inner = None
         adopt_definition = resume_definition(self.dataset, state_dict, saved)
         saved.check_identity(self.identity)
         adopt_definition()

@@ -596,3 +596,35 @@ def test_a_stream_that_yields_past_its_reported_length_warns_as_under_torch(num_
         "len(dataloader)), but 7 samples have been fetched. For multiprocessing data-loading, this could be "
         "caused by not properly configuring the IterableDataset replica at each worker. Please see "
         "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.")
+
+
+class Drawing(Dataset):
+    """Sample i: (i, a draw from torch's global generator), as a random augmentation."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return index, int(torch.randint(1000, (1,)))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_state_loaded_into_a_started_loader_draws_what_a_fresh_loader_draws(num_workers):
+    """G1 with the default seed (drawn, then adopted from the state): a loader that had
+    already fetched batches under its own drawn seed fetches, after the load, exactly what
+    a fresh loader given the same state fetches (torchdata's test_load_then_state)."""
+    def make() -> ResumableDataLoader:
+        return ResumableDataLoader(Drawing(), batch_size=4, num_workers=num_workers, persistent_workers=num_workers > 0)
+
+    state = make().state_dict()
+    fresh = make()
+    fresh.load_state_dict(state)
+    expected = [(indices.tolist(), draws.tolist()) for indices, draws in fresh]
+    started = make()
+    iterator = iter(started)
+    for _ in range(3):
+        next(iterator)
+    started.load_state_dict(state)
+    assert started.seed == fresh.seed
+    assert [(indices.tolist(), draws.tolist()) for indices, draws in started] == expected
+    assert sorted(index for indices, _ in expected for index in indices) == list(range(24))
