@@ -62,7 +62,7 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
       per batch).
 
     An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
-    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams.cursor`).
+    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with

@@ -17,178 +17,26 @@ Two kinds of stream:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from ..arguments import checked_int
-from ..seeds import SampleSeeder, derive_seed
+from ..seeds import derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
-from ..worker_roles import Tagged, is_stateful, play_role, state_now
-from .sharded import SHARD_END, ShardedStream
+from ..worker_roles import Tagged, is_stateful, state_now
+from .datapipes import PipeSettings
+from .readers import RoleInit, ShardResume, Snapshot, SnapshotReader, SnapshotResume, WorkerStream, unwrap
+from .sharded import ShardedStream
 from .stream_state import KIND_WORDS, read_meta, role_items, shard_counts
 from .stream_state import META as _META
 from .stream_state import SHARD_KIND as _SHARD_KIND
 from .stream_state import SNAPSHOT_KIND as _SNAPSHOT_KIND
 
 STREAM_KEY = "stream"
-
-
-# -- worker side ------------------------------------------------------------------
-
-
-def _drawn(iterator: Iterator[Any]) -> Iterator[Any]:
-    # Only next() from here on: an iterator's __iter__ may restart it (one that is its own
-    # dataset), and items are never compared with anything (numpy arrays cannot be).
-    while True:
-        try:
-            item = next(iterator)
-        except StopIteration:
-            return
-        yield item
-
-
-class Snapshot(NamedTuple):
-    """A role's saved state: of the iterator `iter(dataset)` returned when that is
-    stateful (loaded after `iter()`, as torchdata does), else of the dataset (loaded before)."""
-
-    of_iterator: bool
-    state: Any
-
-
-class _SnapshotReader:
-    """A role's stream of any IterableDataset, from its snapshot and items to skip."""
-
-    def __init__(self, dataset: IterableDataset, snapshot: Snapshot | None, skip: int, every: int) -> None:
-        self._batches = 0
-        if snapshot is not None and not snapshot.of_iterator:
-            dataset.load_state_dict(snapshot.state)
-        iterator = iter(dataset)
-        self._of_iterator = is_stateful(iterator)
-        self._source = iterator if self._of_iterator else dataset
-        self._every = every if is_stateful(self._source) else 0
-        if snapshot is not None and snapshot.of_iterator:
-            iterator.load_state_dict(snapshot.state)
-        self.items = _drawn(iterator)
-        for _ in itertools.islice(self.items, skip):
-            pass
-
-    def now(self) -> Snapshot | None:
-        """The stream's state now (None: it has none)."""
-        return Snapshot(self._of_iterator, state_now(self._source)) if is_stateful(self._source) else None
-
-    def payload(self) -> Snapshot | None:
-        """The stream's state after this batch, every `every` batches; else None."""
-        self._batches += 1
-        if self._every and self._batches % self._every == 0:
-            return Snapshot(self._of_iterator, state_now(self._source))
-        return None
-
-
-class _ShardReader:
-    """A slot's items of a `ShardedStream`, counting what each batch took from each shard."""
-
-    def __init__(self, stream: ShardedStream, epoch: int, slot: int, slots: int, consumed, finished) -> None:
-        self._taken: dict[int, int] = {}
-        self._finished: list[int] = []
-        self.items = self._items(stream.slot_items(epoch, slot, slots, consumed, finished))
-
-    def _items(self, tagged: Iterator[tuple[int, Any]]) -> Iterator[Any]:
-        for shard, item in tagged:
-            if item is SHARD_END:
-                self._finished.append(shard)
-            else:
-                self._taken[shard] = self._taken.get(shard, 0) + 1
-                yield item
-
-    def payload(self) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """((shard, items taken), ...) and the shards finished, since the last batch."""
-        taken, finished = tuple(self._taken.items()), tuple(self._finished)
-        self._taken, self._finished = {}, []
-        return taken, finished
-
-
-class _WorkerStream(IterableDataset):
-    """The inner DataLoader's dataset: a role's batches, collated and tagged, in a worker."""
-
-    def __init__(self, dataset, resume: Callable[[IterableDataset, int, int], Any], collate_fn, batch_size: int | None,
-                 drop_last: bool, seed: int | None) -> None:
-        self.dataset = dataset
-        self._resume = resume
-        self._collate = collate_fn
-        self._batch_size = batch_size
-        self._drop_last = drop_last
-        self._seed = seed  # None: leave the workers' random generators alone
-
-    def __iter__(self) -> Iterator[Tagged]:
-        # The stream starts when the inner loader's iterator is made, as torch's DataLoader
-        # calls iter(dataset) then: a state taken right after iter() holds the dataset's.
-        info = get_worker_info()
-        role, roles = (info.id, info.num_workers) if info is not None else (0, 1)
-        # A worker's generators are its own; in process they are the training loop's, which
-        # the stream draws from as under torch's DataLoader (never reseeded here).
-        if self._seed is not None and info is not None:
-            SampleSeeder().seed(derive_seed(self._seed, role))
-        return self._batches(self._resume(self.dataset, role, roles), role)
-
-    def _batches(self, reader: _SnapshotReader | _ShardReader, role: int) -> Iterator[Tagged]:
-        size = self._batch_size or 1
-        while True:
-            items = list(itertools.islice(reader.items, size))
-            if not items or (len(items) < size and self._drop_last):
-                return
-            batch = self._collate(items) if self._batch_size is not None else self._collate(items[0])
-            yield Tagged(batch, role, len(items), reader.payload())
-
-
-class _RoleInit:
-    """worker_init_fn: take the role first, then run the user's worker_init_fn with it."""
-
-    def __init__(self, shift: int, user_fn: Callable[[int], None] | None) -> None:
-        self._shift = shift
-        self._user_fn = user_fn
-
-    def __call__(self, worker_id: int) -> None:
-        role = play_role(self._shift, get_worker_info().dataset.dataset)
-        if self._user_fn is not None:
-            self._user_fn(role)
-
-
-class _SnapshotResume:
-    def __init__(self, records: list[tuple[Any, int]], every: int,
-                 started: Callable[[_SnapshotReader], None] | None) -> None:
-        self._records = records
-        self._every = every
-        self._started = started  # in process: given the reader once the dataset's __iter__ ran
-
-    def __call__(self, dataset: IterableDataset, role: int, roles: int) -> _SnapshotReader:
-        snapshot, skip = self._records[role]
-        reader = _SnapshotReader(dataset, snapshot, skip, self._every)
-        if self._started is not None:
-            self._started(reader)
-        return reader
-
-
-class _ShardResume:
-    def __init__(self, epoch: int, rank: int, world_size: int, consumed: list[int], finished: list[int]) -> None:
-        self._where = (epoch, rank, world_size)
-        self._consumed = consumed
-        self._finished = finished
-
-    def __call__(self, stream: ShardedStream, role: int, roles: int) -> _ShardReader:
-        epoch, rank, world_size = self._where
-        return _ShardReader(stream, epoch, rank * roles + role, world_size * roles, self._consumed, self._finished)
-
-
-def _unwrap(batch: Any) -> Any:
-    return batch
-
-
-# -- main side ----------------------------------------------------------------------
 
 
 class _SnapshotRecords:
@@ -209,7 +57,7 @@ class _SnapshotRecords:
         # have no state yet, and a resume iterates it afresh.
         self._in_process = in_process
         self._iterated = False
-        self._reader: _SnapshotReader | None = None  # this pass's, in process
+        self._reader: SnapshotReader | None = None  # this pass's, in process
         self._records: list[tuple[Any, int]] = []
 
     def start_epoch(self) -> None:
@@ -218,10 +66,10 @@ class _SnapshotRecords:
         self._records = [(None, 0)] * self._roles
         self._reader = None
 
-    def resume(self, epoch: int, rank: int, world_size: int) -> _SnapshotResume:
-        return _SnapshotResume(list(self._records), self._every, self._started if self._in_process else None)
+    def resume(self, epoch: int, rank: int, world_size: int) -> SnapshotResume:
+        return SnapshotResume(list(self._records), self._every, self._started if self._in_process else None)
 
-    def _started(self, reader: _SnapshotReader) -> None:
+    def _started(self, reader: SnapshotReader) -> None:
         self._iterated, self._reader = True, reader
 
     def _current(self) -> Snapshot | None:
@@ -281,8 +129,8 @@ class _ShardRecords:
         self._consumed = [0] * len(self._stream.shards)
         self._finished = [0] * len(self._stream.shards)
 
-    def resume(self, epoch: int, rank: int, world_size: int) -> _ShardResume:
-        return _ShardResume(epoch, rank, world_size, list(self._consumed), list(self._finished))
+    def resume(self, epoch: int, rank: int, world_size: int) -> ShardResume:
+        return ShardResume(epoch, rank, world_size, list(self._consumed), list(self._finished))
 
     def record(self, tagged: Tagged) -> None:
         taken, finished = tagged.payload
@@ -335,22 +183,23 @@ class StreamCursor:
     def loader(self, owner: DataLoader, epoch: int, rank: int, world_size: int, deterministic: bool, seed: int) -> DataLoader:
         """A fresh inner DataLoader that continues every role's stream of `epoch`."""
         collate = owner.collate_fn
-        worker_stream = _WorkerStream(
+        worker_stream = WorkerStream(
             owner.dataset,
             self._records.resume(epoch, rank, world_size),
             collate,
             owner.batch_size,
             owner.drop_last,
             derive_seed(seed, epoch, rank) if deterministic else None,
+            PipeSettings(derive_seed(seed, epoch), rank, world_size),
         )
         return DataLoader(
             worker_stream,
             batch_size=None,
             num_workers=owner.num_workers,
-            collate_fn=_unwrap,
+            collate_fn=unwrap,
             pin_memory=owner.pin_memory,
             timeout=owner.timeout,
-            worker_init_fn=_RoleInit((self._last_role + 1) % self.roles, owner.worker_init_fn) if owner.num_workers else None,
+            worker_init_fn=RoleInit((self._last_role + 1) % self.roles, owner.worker_init_fn) if owner.num_workers else None,
             multiprocessing_context=owner.multiprocessing_context,
             generator=owner.generator,
             prefetch_factor=owner.prefetch_factor,
