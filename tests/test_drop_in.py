@@ -482,27 +482,19 @@ def test_a_state_taken_after_iter_holds_the_in_process_iterables_state():
     assert [batch.tolist() for batch in resumed] == expected == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
 
 
-class DrawingIterator:
+class DrawingIterator(SelfIterating):
     """A stateful iterator that draws from torch's global generator and keeps that
     generator's state in its own (torchdata's DummyIterator)."""
 
-    def __init__(self, length: int) -> None:
-        self.length, self.cursor = length, 0
-
-    def __iter__(self):
-        return self
-
     def __next__(self) -> int:
-        if self.cursor >= self.length:
-            raise StopIteration
-        self.cursor += 1
+        super().__next__()
         return int(torch.randint(1000, (1,)))
 
     def state_dict(self) -> dict:
-        return {"cursor": self.cursor, "rng": torch.get_rng_state()}
+        return {**super().state_dict(), "rng": torch.get_rng_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.cursor = state["cursor"]
+        super().load_state_dict(state)
         torch.set_rng_state(state["rng"])
 
 
