@@ -15,6 +15,7 @@ import torch
 from accelerate import Accelerator
 
 from dist_resume import ResumableDataLoader
+from dist_resume.demo.train import shut_down_distributed
 from dist_resume.integrations.accelerate import attach
 
 LENGTH = 48
@@ -67,6 +68,12 @@ def main() -> None:
     with open(os.path.join(args.record, f"rank_{accelerator.process_index}.json"), "w") as file:
         json.dump(trained, file)
     accelerator.wait_for_everyone()
+    # The prepared (DDP) model holds the group: drop it, then leave the group before exit,
+    # where gloo's teardown can hang (one rank stayed idle at exit after its record).
+    del model, optimizer
+    accelerator.free_memory()
+    if torch.distributed.is_initialized():
+        shut_down_distributed()
     accelerator.end_training()
 
 

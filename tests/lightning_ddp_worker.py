@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 
 from dist_resume import ResumableDataLoader
+from dist_resume.demo.train import shut_down_distributed
 from dist_resume.integrations.lightning import LightningLoader
 
 DATASET_SIZE = 64  # with a global batch of 12: 5 full steps and a partial one per epoch
@@ -68,6 +69,9 @@ def main() -> None:
         trainer.save_checkpoint(save_to)
     with open(os.path.join(out_dir, f"rank_{trainer.global_rank}.json"), "w") as file:
         json.dump(model.trained, file)
+    # Lightning unwrapped its DDP model when fit ended; a group left to interpreter exit can
+    # hang or abort in gloo's teardown (one rank died with SIGABRT in CI).
+    shut_down_distributed()
 
 
 if __name__ == "__main__":
