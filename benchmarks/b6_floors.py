@@ -5,7 +5,6 @@ batch by batch in rotated order: unseeded and unwatched, each sample reseeded by
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ from dist_resume.generators import NAMES, generators, joint_snapshot
 from dist_resume.seeds import derive_seeds
 
 from .report import FigureResult
-from .timing import Stats
+from .timing import Stats, rotated, seconds
 from .workloads import workloads
 
 UNSEEDED = "fetch + collate, unseeded and unwatched"
@@ -27,13 +26,12 @@ SEED = "alone: torch.default_generator.manual_seed"
 
 
 def _per_call(fn: Callable[[], object], calls: int, reps: int) -> Stats:
-    values = []
-    for _ in range(reps):
-        start = time.perf_counter()
+    """Seconds per call of `fn`, over `reps` timings of `calls` calls."""
+    def loop() -> None:
         for _ in range(calls):
             fn()
-        values.append((time.perf_counter() - start) / calls)
-    return Stats.of(values)
+
+    return Stats.of([seconds(loop) / calls for _ in range(reps)])
 
 
 def _fetchers(dataset: Any, batch_size: int) -> tuple[list[Any], dict[str, Callable[[Any], Any]]]:
@@ -78,10 +76,8 @@ def run(quick: bool) -> list[FigureResult]:
             names = list(fetchers)
             for rep in range(reps):
                 for request in requests:
-                    for name in names[rep % len(names):] + names[: rep % len(names)]:
-                        start = time.perf_counter()
-                        fetchers[name](request)
-                        times[name].append(time.perf_counter() - start)
+                    for name in rotated(names, rep):
+                        times[name].append(seconds(lambda: fetchers[name](request)))
             stats = {name: Stats.of(values) for name, values in times.items()}
             for name, value in stats.items():
                 result.add(workload, name, value)

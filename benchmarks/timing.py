@@ -46,6 +46,12 @@ def seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def rotated(names: list[Key], rep: int) -> list[Key]:
+    """`names` in the order of repetition `rep`: each one first in turn."""
+    shift = rep % len(names)
+    return names[shift:] + names[:shift]
+
+
 def interleaved(cases: Mapping[Key, Callable[[], float]], reps: int, warmup: int = 1) -> dict[Key, Stats]:
     """Run every case once per repetition, in a rotated order, so that load that drifts
     over the run hits all cases alike. A case returns its own measurement (e.g. seconds);
@@ -53,8 +59,7 @@ def interleaved(cases: Mapping[Key, Callable[[], float]], reps: int, warmup: int
     names = list(cases)
     values: dict[Key, list[float]] = {name: [] for name in names}
     for rep in range(warmup + reps):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(names, rep):
             value = cases[name]()
             if rep >= warmup:
                 values[name].append(value)

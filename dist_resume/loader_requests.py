@@ -100,8 +100,8 @@ def epoch_order_requests(epoch: int, plan: Plan, layout: Layout, rank: int, orde
         positions, sizes = rank_positions(plan, layout, rank, first, min(total, first + per_chunk))
         indices = order.indices(positions)
         starts, consecutive = consecutive_batches(positions, sizes)
-        # A batch of consecutive positions (all but padded or remapped ones) is sent as a
-        # range: no list built, a few bytes pickled to a worker.
+        # A batch of consecutive positions (all but padded or remapped ones) is a range: no
+        # list built, and a worker receives only its first position (BatchRequest.wire).
         listed = None if all(consecutive) else positions.tolist()
         offset = 0
         for size, start, in_order in zip(sizes, starts, consecutive):

@@ -59,7 +59,7 @@ class SnapshotReader:
         """The stream's state after this batch, every `every` batches; else None."""
         self._batches += 1
         if self._every and self._batches % self._every == 0:
-            return Snapshot(self._of_iterator, state_now(self._source))
+            return self.now()
         return None
 
 
