@@ -52,3 +52,16 @@ def test_a_resume_midway_continues_with_the_same_items(num_workers):
     assert any("replaying its stream" in str(warning.message) for warning in caught)
     assert [batch.tolist() for batch in resumed] == rest
     assert sorted(item for batch in head + rest for item in batch) == list(range(60))
+
+
+def test_a_pipe_without_sharding_filter_read_by_two_workers_warns():
+    """Its items come twice an epoch (as under torch's DataLoader): never silently."""
+    pipe = dp.iter.IterableWrapper(range(10))
+    loader = ResumableDataLoader(pipe, batch_size=None, num_workers=2, seed=3)
+    with pytest.warns(UserWarning, match=r"no sharding_filter, so each of its 2 readers .* every item comes 2 times"):
+        items = _items(loader)
+    assert sorted(items) == sorted(list(range(10)) * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sorted(_items(ResumableDataLoader(_pipe(), batch_size=None, num_workers=2, seed=3))) == list(range(60))
+        assert sorted(_items(ResumableDataLoader(dp.iter.IterableWrapper(range(10)), batch_size=None))) == list(range(10))

@@ -28,7 +28,7 @@ from ..arguments import checked_int
 from ..seeds import derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
 from ..worker_roles import Tagged, is_stateful, state_now
-from .datapipes import PipeSettings
+from .datapipes import PipeSettings, warn_if_unsplit
 from .readers import RoleInit, ShardResume, Snapshot, SnapshotReader, SnapshotResume, WorkerStream, unwrap
 from .sharded import ShardedStream
 from .stream_state import KIND_WORDS, read_meta, role_items, shard_counts
@@ -183,6 +183,7 @@ class StreamCursor:
     def loader(self, owner: DataLoader, epoch: int, rank: int, world_size: int, deterministic: bool, seed: int) -> DataLoader:
         """A fresh inner DataLoader that continues every role's stream of `epoch`."""
         collate = owner.collate_fn
+        warn_if_unsplit(owner.dataset, self.roles * world_size)
         worker_stream = WorkerStream(
             owner.dataset,
             self._records.resume(epoch, rank, world_size),
