@@ -135,7 +135,7 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
         if not 0 <= seed < 2**63:
             raise ValueError(f"seed must be in [0, 2**63), got {seed}")
         self.seed = seed
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every) if isinstance(dataset, IterableDataset) else None
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)

@@ -17,12 +17,16 @@ from torch.utils.data import _utils, get_worker_info
 
 class Tagged(NamedTuple):
     """A collated batch, from the worker of role `role`, with `items` samples and what the
-    main process records when it yields the batch (`payload`)."""
+    main process records when it yields the batch (`payload`); or, with `items` PASS_END,
+    no batch but the role's dataset state at the end of its pass."""
 
     batch: Any
     role: int
     items: int
     payload: Any
+
+
+PASS_END = -1
 
 
 def is_stateful(obj: Any) -> bool:

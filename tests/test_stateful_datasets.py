@@ -18,7 +18,7 @@ from dist_resume import (
 )
 
 from .test_loader import assert_same_batches
-from .tutorial_datasets import Counting, MyIterableDataset, MySampler, NoisyRange
+from .tutorial_datasets import Counting, EpochCounting, MyIterableDataset, MySampler, NoisyRange
 
 
 def _map_loader(num_workers: int) -> ResumableDataLoader:
@@ -80,6 +80,44 @@ def test_iterable_epochs_continue_after_a_resume():
     resumed.load_state_dict(state)
     assert_same_batches(list(resumed) + list(resumed), first + second)
     assert resumed.epoch == 2
+
+
+def _pairs(batches) -> list[tuple[int, int]]:
+    return [(int(item), int(epoch)) for items, epochs in batches for item, epoch in zip(items, epochs)]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_copies_keep_their_state_across_epochs_exactly_when_workers_persist(persistent):
+    """Under torch's DataLoader a persistent worker's dataset copy keeps what its passes
+    changed (here: a pass counter), while fresh workers start from the loader's dataset."""
+    def make(cls):
+        return cls(EpochCounting(10), batch_size=2, num_workers=2, persistent_workers=persistent)
+
+    torch_loader = make(DataLoader)
+    expected = [_pairs(torch_loader) for _ in range(3)]
+    assert {epoch for _, epoch in expected[2]} == ({2} if persistent else {0})
+    loader = make(ResumableDataLoader)
+    assert [_pairs(loader) for _ in range(3)] == expected
+
+
+@pytest.mark.parametrize("stop", [0, 1, 3, 5])
+def test_persistent_workers_state_carried_across_epochs_resumes_exactly(stop):
+    """A state taken anywhere (`stop` batches into epoch 1; 0: at the end of epoch 0) resumes
+    the rest of that epoch and the next with the passes' counters an uninterrupted run has."""
+    def make():
+        return ResumableDataLoader(EpochCounting(10), batch_size=2, num_workers=2, persistent_workers=True,
+                                   snapshot_every=2)
+
+    loader = make()
+    list(loader)
+    rest, state = _split(loader, stop)
+    rest = _pairs(rest) + _pairs(loader)
+    resumed = make()
+    iterator = iter(resumed)
+    next(iterator)  # a started loader: the state replaces what it did
+    resumed.load_state_dict(state)
+    assert _pairs(resumed) + _pairs(resumed) == rest
+    assert {epoch for _, epoch in rest[-4:]} == {2}
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -91,3 +91,30 @@ class Counting(IterableDataset):
         info = get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
         return iter(range(worker_id, self.length, num_workers))
+
+
+class EpochCounting(IterableDataset):
+    """`range(length)` split by worker, each item tagged with the pass it came from: `epoch`
+    counts this object's completed passes (kept by a persistent worker's copy), `i` the
+    items this pass yielded (torchdata's GeneratorIterable, in short)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.epoch = 0
+        self.i = 0
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        mine = range(worker_id, self.length, num_workers)
+        while self.i < len(mine):
+            self.i += 1
+            yield mine[self.i - 1], self.epoch
+        self.i = 0
+        self.epoch += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "i": self.i}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.epoch, self.i = state_dict["epoch"], state_dict["i"]

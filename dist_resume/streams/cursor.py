@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..arguments import checked_int
 from ..seeds import derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
-from ..worker_roles import Tagged, is_stateful, state_now
+from ..worker_roles import PASS_END, Tagged, is_stateful, state_now
 from .datapipes import PipeSettings, warn_if_unsplit
 from .readers import RoleInit, ShardResume, Snapshot, SnapshotReader, SnapshotResume, WorkerStream, unwrap
 from .sharded import ShardedStream
@@ -46,10 +46,16 @@ class _SnapshotRecords:
     kind = _SNAPSHOT_KIND
     elastic = False  # a role's stream cannot move to another world size or worker count
 
-    def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool) -> None:
+    def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool, carry: bool) -> None:
         self._dataset = dataset
         self._roles = roles
         self._every = every
+        # persistent_workers: a worker's dataset copy keeps what its passes changed (under
+        # torch's DataLoader), so each role's next pass starts from the state its last
+        # completed pass ended with. Workers restart at every iter() here, so the state
+        # travels: sent after the role's last batch, loaded into the next pass's worker.
+        self.carry = carry
+        self._carried: list[Snapshot | None] = [None] * roles
         # num_workers=0: the stream is this process's, so where a role that yielded nothing
         # yet stands is its current state: that of the pass's iterator (or the dataset) once
         # the loader called the dataset's __iter__, and between passes the dataset's, as the
@@ -62,9 +68,14 @@ class _SnapshotRecords:
 
     def start_epoch(self) -> None:
         # A new epoch iterates the dataset afresh, as torch's DataLoader does: no state is
-        # loaded into it (its own __iter__ decides where a new pass starts).
-        self._records = [(None, 0)] * self._roles
+        # loaded into it but what a persistent worker's copy carries (its own __iter__
+        # decides where a new pass starts).
+        self._records = [(carried, 0) for carried in self._carried]
         self._reader = None
+
+    def ended(self, tagged: Tagged) -> None:
+        """Role `tagged.role` completed its pass, its dataset in state `tagged.payload`."""
+        self._carried[tagged.role] = tagged.payload
 
     def resume(self, epoch: int, rank: int, world_size: int) -> SnapshotResume:
         return SnapshotResume(list(self._records), self._every, self._started if self._in_process else None)
@@ -98,8 +109,10 @@ class _SnapshotRecords:
 
     def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
         ((where, own),) = entries.items()
-        # What this process's stream did before no longer tells where the loaded state stands.
+        # What this process's stream did before no longer tells where the loaded state stands;
+        # the passes after it carry what the resumed one ends with.
         self._iterated, self._reader = False, None
+        self._carried = [None] * self._roles
         items = role_items(own, where, self._roles)
         of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
         self._records = [
@@ -119,6 +132,7 @@ class _ShardRecords:
 
     kind = _SHARD_KIND
     elastic = True
+    carry = False  # no state but the counts, which every pass starts from zero
 
     def __init__(self, stream: ShardedStream) -> None:
         self._stream = stream
@@ -159,14 +173,15 @@ class _ShardRecords:
 class StreamCursor:
     """The main-process side of an IterableDataset: records, state, and the inner loader."""
 
-    def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int) -> None:
+    def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int, persistent_workers: bool) -> None:
         snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
         if isinstance(dataset, ShardedStream):
             self._records: _SnapshotRecords | _ShardRecords = _ShardRecords(dataset)
         else:
-            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0)
+            self._records = _SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0,
+                                             persistent_workers and num_workers > 0 and is_stateful(dataset))
         self._last_role = -1  # role of the last yielded batch of the epoch, -1 before the first
         self._records.start_epoch()
 
@@ -192,6 +207,7 @@ class StreamCursor:
             owner.drop_last,
             derive_seed(seed, epoch, rank) if deterministic else None,
             PipeSettings(derive_seed(seed, epoch), rank, world_size),
+            report_end=self._records.carry,
         )
         return DataLoader(
             worker_stream,
@@ -210,6 +226,9 @@ class StreamCursor:
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
         """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""
         for tagged in inner:
+            if tagged.items == PASS_END:
+                self._records.ended(tagged)
+                continue
             self._records.record(tagged)
             self._last_role = tagged.role
             sizes.append(tagged.items)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..seeds import SampleSeeder, derive_seed
-from ..worker_roles import Tagged, is_stateful, play_role, state_now
+from ..worker_roles import PASS_END, Tagged, is_stateful, play_role, state_now
 from .datapipes import PipeSettings, configure
 from .sharded import SHARD_END, ShardedStream
 
@@ -39,6 +39,7 @@ class SnapshotReader:
 
     def __init__(self, dataset: IterableDataset, snapshot: Snapshot | None, skip: int, every: int) -> None:
         self._batches = 0
+        self._dataset = dataset
         if snapshot is not None and not snapshot.of_iterator:
             dataset.load_state_dict(snapshot.state)
         iterator = iter(dataset)
@@ -54,6 +55,10 @@ class SnapshotReader:
     def now(self) -> Snapshot | None:
         """The stream's state now (None: it has none)."""
         return Snapshot(self._of_iterator, state_now(self._source)) if is_stateful(self._source) else None
+
+    def dataset_now(self) -> Snapshot | None:
+        """The dataset's own state now, which a new pass over it starts from (None: it has none)."""
+        return Snapshot(False, state_now(self._dataset)) if is_stateful(self._dataset) else None
 
     def payload(self) -> Snapshot | None:
         """The stream's state after this batch, every `every` batches; else None."""
@@ -90,8 +95,9 @@ class WorkerStream(IterableDataset):
     """The inner DataLoader's dataset: a role's batches, collated and tagged, in a worker."""
 
     def __init__(self, dataset, resume: Callable[[IterableDataset, int, int], Any], collate_fn, batch_size: int | None,
-                 drop_last: bool, seed: int | None, pipe: PipeSettings) -> None:
+                 drop_last: bool, seed: int | None, pipe: PipeSettings, report_end: bool) -> None:
         self.dataset = dataset
+        self._report_end = report_end  # send the dataset's state after a role's last batch
         self._resume = resume
         self._pipe = pipe
         self._collate = collate_fn
@@ -116,6 +122,8 @@ class WorkerStream(IterableDataset):
         while True:
             items = list(itertools.islice(reader.items, size))
             if not items or (len(items) < size and self._drop_last):
+                if self._report_end:
+                    yield Tagged(None, role, PASS_END, reader.dataset_now())
                 return
             batch = self._collate(items) if self._batch_size is not None else self._collate(items[0])
             yield Tagged(batch, role, len(items), reader.payload())
