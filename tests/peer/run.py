@@ -3,8 +3,10 @@
 
     python -m tests.peer.run DIR_OR_FILE [pytest args...]
 
-The suites are other projects' code: fetch them yourself (they are not in this repository;
-CI has no network). Prints pytest's pass/fail counts and the excluded cases with reasons.
+The suites are other projects' code, never in this repository: `tests/test_peer_suites.py`
+runs torch's, fetched from Debian's archive (`sources.py`); torchdata's is in no registry, so
+fetch it yourself (it needs `parameterized`). Prints pytest's pass/fail counts and the
+excluded cases with reasons.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 
 import pytest
 
-from .plugin import EXCLUDED
+from .plugin import EXCLUDED, EXPECTED_FAILURE
 
 
 def main(argv: list[str]) -> int:
@@ -25,6 +27,7 @@ def main(argv: list[str]) -> int:
     print("excluded cases:")
     for key, why in EXCLUDED.items():
         print(f"  {key}: {why}")
+    print(f"  any case marked unittest.expectedFailure: {EXPECTED_FAILURE}")
     root = target if os.path.isdir(target) else os.path.dirname(target)
     return pytest.main([target, "-p", "tests.peer.plugin", "--rootdir", root, "-c", "/dev/null",
                         "-p", "no:cacheprovider", "-q", "-rfE", *extra])

@@ -16,7 +16,10 @@ _T_co = TypeVar("_T_co", covariant=True)
 
 
 class PeerDataLoader(ResumableDataLoader[_T_co]):
+    constructed = 0  # in this process: shows that the suite ran ours, not torch's class
+
     def __init__(self, dataset: Any, *args: Any, snapshot_every_n_steps: int = 1, **kwargs: Any) -> None:
+        PeerDataLoader.constructed += 1
         # A cost knob in both loaders (resume is exact at any value); torchdata's 0 means
         # "only when asked", which ours reads as its default period.
         kwargs.setdefault("snapshot_every", snapshot_every_n_steps if snapshot_every_n_steps > 0 else 16)
