@@ -9,7 +9,6 @@ sets of samples trained with a single-process reference of the same global batch
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from accelerate import Accelerator  # noqa: E402
 from dist_resume import ResumableDataLoader, ResumeStateError  # noqa: E402
 from dist_resume.integrations.accelerate import attach  # noqa: E402
 
+from .process_tree import run_tree  # noqa: E402
 from .s3_server import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def _launch(processes: int, record: Path, *args: str) -> None:
                # As a module from the repository root: tests/datasets.py would shadow HF datasets.
                "-m", "tests.accelerate_worker",
                f"--batch-size={GLOBAL_BATCH // processes}", f"--epochs={EPOCHS}", f"--record={record}", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    result = run_tree(command, timeout=240, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ datasets = pytest.importorskip("datasets")
 
 from dist_resume import ResumableDataLoader  # noqa: E402
 
+from .process_tree import run_tree  # noqa: E402
 from .s3_server import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def _two_ranks(kind: str, out: Path) -> list[dict]:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={free_port()}",
                "--master-addr=127.0.0.1", "-m", "tests.hf_datasets_worker", f"--kind={kind}", f"--out={out}"]
     # As a module from the repository root: tests/datasets.py would shadow HF datasets.
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    result = run_tree(command, timeout=240, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return [json.loads((out / f"rank_{rank}.json").read_text()) for rank in range(2)]
 

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("lightning")
 
+from tests.process_tree import run_tree  # noqa: E402
 from tests.s3_server import free_port  # noqa: E402
 
 _WORKER = Path(__file__).with_name("lightning_ddp_worker.py")
@@ -30,7 +31,7 @@ def _run(tmp_path: Path, name: str, processes: int, batch_size: int, max_steps: 
                str(batch_size), str(max_steps), str(out / "end.ckpt") if save else "-", str(resume or "-"), *extra]
     python_path = os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    return run_tree(command, timeout=300, env=env)
 
 
 def _steps(tmp_path: Path, name: str, processes: int, *args) -> list[list[int]]:

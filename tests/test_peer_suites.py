@@ -5,13 +5,13 @@ but those `tests/peer/plugin.py` excludes, each for a stated reason."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from .peer.sources import TORCH_DATALOADER, fetched
+from .process_tree import run_tree
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +27,7 @@ def _counts(output: str) -> dict[str, int]:
 
 def test_torchs_dataloader_suite_passes_with_resumable_dataloader():
     suite = fetched(TORCH_DATALOADER)
-    run = subprocess.run([sys.executable, "-m", "tests.peer.run", str(suite), "-W", "ignore"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=1800)
+    run = run_tree([sys.executable, "-m", "tests.peer.run", str(suite), "-W", "ignore"], timeout=1800, cwd=ROOT)
     # skipped: CUDA-only cases; deselected: the cases tests/peer/plugin.py excludes, with its reasons.
     assert _counts(run.stdout) == {"passed": 152, "skipped": 21, "deselected": 9}, run.stdout[-5000:]
     assert run.returncode == 0, run.stdout[-5000:]
