@@ -47,7 +47,10 @@ def fetched(source: PeerSource) -> Path:
             archive.unlink()
             raise RuntimeError(f"{source.url} has SHA-256 {digest}, expected {source.sha256}: not the pinned release")
     with tarfile.open(archive, "r:xz") as tar:
-        member = tar.extractfile(source.member)
+        try:
+            member = tar.extractfile(source.member)
+        except KeyError:
+            member = None
         if member is None:
             raise RuntimeError(f"{archive} has no file {source.member}")
         text = member.read()
@@ -58,16 +61,19 @@ def fetched(source: PeerSource) -> Path:
     return suite
 
 
-def _download(url: str, path: Path) -> None:
+def _download(url: str, path: Path, attempts: int = 3) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     print(f"fetching {url} (once; cached in {path.parent})", flush=True)
-    try:
-        with urllib.request.urlopen(url, timeout=120) as response, open(partial, "wb") as out:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-    except OSError as error:
-        raise RuntimeError(f"could not fetch the peer suite's source {url}: {error}") from error
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=120) as response, open(partial, "wb") as out:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+            break
+        except OSError as error:
+            if attempt == attempts:
+                raise RuntimeError(f"could not fetch the peer suite's source {url} ({attempts} attempts): {error}") from error
     partial.replace(path)
 
 
