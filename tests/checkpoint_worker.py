@@ -40,11 +40,18 @@ def run(scenario: str, world_size: int, args: dict[str, Any], port: int, timeout
         script: str = __file__) -> None:
     """Run ``scenario`` on ``world_size`` ranks; fail with their logs unless all exit 0."""
     procs = launch(scenario, world_size, args, port, script)
-    codes = [proc.wait(timeout=timeout) for proc in procs]
-    if any(codes):
+    try:
+        codes = [proc.wait(timeout=timeout) for proc in procs]
+    except subprocess.TimeoutExpired:
+        for proc in procs:  # no rank outlives the test, whichever one hung
+            proc.kill()
+            proc.wait()
+        codes = None
+    if codes is None or any(codes):
         logs = "\n".join((Path(args["out"]) / f"{scenario}-rank{r}.log").read_text()
                          for r in range(world_size))
-        raise AssertionError(f"{scenario} exit codes {codes}\n{logs}")
+        outcome = f"did not end within {timeout} s" if codes is None else f"exit codes {codes}"
+        raise AssertionError(f"{scenario} {outcome}\n{logs}")
 
 
 # ----------------------------------------------------------------- inside a rank
