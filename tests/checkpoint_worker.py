@@ -192,3 +192,11 @@ SCENARIOS = {f.__name__: f for f in (elastic_save, elastic_load, killed_mid_save
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    # As the demo does: gloo's teardown at interpreter exit aborted a rank of elastic_load
+    # (SIGABRT, "terminate called without an active exception") after its checks had passed.
+    import gc
+
+    from dist_resume.demo.train import shut_down_distributed
+
+    gc.collect()  # DDP sits in a reference cycle that holds the process group
+    shut_down_distributed()
