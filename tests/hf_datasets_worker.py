@@ -19,6 +19,7 @@ import torch.distributed as dist  # noqa: E402
 from datasets.distributed import split_dataset_by_node  # noqa: E402
 
 from dist_resume import ResumableDataLoader  # noqa: E402
+from dist_resume.demo.train import shut_down_distributed  # noqa: E402
 
 
 def _dataset(kind: str, rank: int, world_size: int):
@@ -47,7 +48,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"rank_{rank}.json"), "w") as file:
         json.dump(result, file)
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

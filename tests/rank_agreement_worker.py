@@ -36,6 +36,7 @@ def per_rank_urls(args: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from dist_resume import load_checkpoint, save_checkpoint
+    from dist_resume.demo.train import shut_down_distributed
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -46,7 +47,7 @@ def per_rank_urls(args: dict[str, Any]) -> None:
     _record(args, "load", lambda: load_checkpoint(state, url))
     os.chdir(os.path.join(args["root"], f"cwd{rank}"))  # one relative URL, two places
     _record(args, "relative", lambda: save_checkpoint(state, "run", 5))
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 def node_local_storage(args: dict[str, Any]) -> None:
@@ -56,6 +57,7 @@ def node_local_storage(args: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from dist_resume import list_checkpoints, save_checkpoint
+    from dist_resume.demo.train import shut_down_distributed
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -63,7 +65,7 @@ def node_local_storage(args: dict[str, Any]) -> None:
     _record(args, "node_local", lambda: save_checkpoint(state, "memory://run", 5))
     Path(args["out"], f"node_local-committed-{dist.get_rank()}.txt").write_text(
         json.dumps([info.step for info in list_checkpoints("memory://run")]))
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

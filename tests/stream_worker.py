@@ -19,6 +19,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint  # noqa: E402
+from dist_resume.demo.train import shut_down_distributed  # noqa: E402
 from tests.stream_jobs import make_stream  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def _job(scenario: str, args: dict[str, Any]) -> None:
     if "steps" in args:
         save_checkpoint({"loader": loader}, args["ckpt"], step=1)
     Path(args["out"], f"consumed-{scenario}-{rank}.json").write_text(json.dumps(consumed))
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

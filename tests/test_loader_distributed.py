@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, plan_resume
+from dist_resume.demo.train import shut_down_distributed
 from dist_resume.order import EpochOrder
 
 from .datasets import Augmented
@@ -141,8 +142,7 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
             pass
         torch.save(loader.state_dict(), out / f"{name}-state-{rank}.pt")
     torch.save(tuple(consumed), out / f"{name}-consumed-{rank}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 def _rank_main(rank: int, out: Path) -> None:

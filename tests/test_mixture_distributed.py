@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
+from dist_resume.demo.train import shut_down_distributed
 
 from .mixture_datasets import LENGTHS, STAGES, mixture, samples
 
@@ -59,8 +60,7 @@ def _run_job(step: int, name: str, job: Job, rank: int, out: Path) -> None:
     if job.stop is not None:
         save_checkpoint({"loader": loader}, str(out / "ckpt"), step)
     torch.save(consumed, out / f"{name}-{rank}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    shut_down_distributed()
 
 
 def _rank_main(rank: int, out: Path) -> None:
