@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..arguments import checked_int
 from ..seeds import derive_seed
 from ..state import RankState, ResumeStateError, SavedStates, rank_key
-from ..worker_roles import PASS_END, Tagged, is_stateful, state_now
+from ..worker_roles import PASS_END, Tagged, is_stateful
 from .datapipes import PipeSettings, warn_if_unsplit
-from .readers import RoleInit, ShardResume, Snapshot, SnapshotReader, SnapshotResume, WorkerStream, unwrap
+from .readers import (RoleInit, ShardResume, Snapshot, SnapshotReader, SnapshotResume, WorkerStream, dataset_snapshot,
+                      unwrap)
 from .sharded import ShardedStream
 from .stream_state import KIND_WORDS, read_meta, role_items, shard_counts
 from .stream_state import META as _META
@@ -86,7 +87,7 @@ class _SnapshotRecords:
     def _current(self) -> Snapshot | None:
         if self._reader is not None:
             return self._reader.now()
-        return Snapshot(False, state_now(self._dataset)) if self._iterated and is_stateful(self._dataset) else None
+        return dataset_snapshot(self._dataset) if self._iterated else None
 
     def record(self, tagged: Tagged) -> None:
         snapshot, items = self._records[tagged.role]

@@ -34,12 +34,16 @@ class Snapshot(NamedTuple):
     state: Any
 
 
+def dataset_snapshot(dataset: IterableDataset) -> Snapshot | None:
+    """The dataset's own state now, which a new pass over it starts from (None: it has none)."""
+    return Snapshot(False, state_now(dataset)) if is_stateful(dataset) else None
+
+
 class SnapshotReader:
     """A role's stream of any IterableDataset, from its snapshot and items to skip."""
 
     def __init__(self, dataset: IterableDataset, snapshot: Snapshot | None, skip: int, every: int) -> None:
         self._batches = 0
-        self._dataset = dataset
         if snapshot is not None and not snapshot.of_iterator:
             dataset.load_state_dict(snapshot.state)
         iterator = iter(dataset)
@@ -55,10 +59,6 @@ class SnapshotReader:
     def now(self) -> Snapshot | None:
         """The stream's state now (None: it has none)."""
         return Snapshot(self._of_iterator, state_now(self._source)) if is_stateful(self._source) else None
-
-    def dataset_now(self) -> Snapshot | None:
-        """The dataset's own state now, which a new pass over it starts from (None: it has none)."""
-        return Snapshot(False, state_now(self._dataset)) if is_stateful(self._dataset) else None
 
     def payload(self) -> Snapshot | None:
         """The stream's state after this batch, every `every` batches; else None."""
@@ -123,7 +123,7 @@ class WorkerStream(IterableDataset):
             items = list(itertools.islice(reader.items, size))
             if not items or (len(items) < size and self._drop_last):
                 if self._report_end:
-                    yield Tagged(None, role, PASS_END, reader.dataset_now())
+                    yield Tagged(None, role, PASS_END, dataset_snapshot(self.dataset))
                 return
             batch = self._collate(items) if self._batch_size is not None else self._collate(items[0])
             yield Tagged(batch, role, len(items), reader.payload())
