@@ -120,6 +120,25 @@ def test_persistent_workers_state_carried_across_epochs_resumes_exactly(stop):
     assert {epoch for _, epoch in rest[-4:]} == {2}
 
 
+def test_a_pass_left_before_its_end_with_persistent_workers_says_its_state_is_not_carried():
+    """A loop that takes exactly the pass's batches (zip with a count) never asks for the
+    end, so the workers' end-of-pass states are still in flight: the next pass cannot carry
+    them and says so, rather than silently differing from a persistent worker's copy."""
+    loader = ResumableDataLoader(EpochCounting(10), batch_size=2, num_workers=2, persistent_workers=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(zip(range(6), loader))) == 6  # every batch of the pass
+    message = ("ResumableDataLoader: a pass over EpochCounting was left before its end, so the end-of-pass state of "
+               "workers [0, 1] is unknown; their next pass starts from the state their last completed pass ended "
+               "with, not from where a persistent worker's copy stands (iterate each pass to its end to carry it)")
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        second = _pairs(loader)
+    assert {epoch for _, epoch in second} == {0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert {epoch for _, epoch in _pairs(loader)} == {1}  # the second pass ran to its end
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_tutorial_examples_resume_through_a_dcp_checkpoint(tmp_path, num_workers):
     for make in (_map_loader, _iterable_loader):

@@ -57,6 +57,10 @@ class _SnapshotRecords:
         # travels: sent after the role's last batch, loaded into the next pass's worker.
         self.carry = carry
         self._carried: list[Snapshot | None] = [None] * roles
+        # A loop that stops after the pass's last batch without asking for its end leaves
+        # those reports in flight: the next pass must say it cannot carry them.
+        self._unended: set[int] = set()  # roles of this pass whose end was not reported
+        self._pass_yielded = False
         # num_workers=0: the stream is this process's, so where a role that yielded nothing
         # yet stands is its current state: that of the pass's iterator (or the dataset) once
         # the loader called the dataset's __iter__, and between passes the dataset's, as the
@@ -71,14 +75,26 @@ class _SnapshotRecords:
         # A new epoch iterates the dataset afresh, as torch's DataLoader does: no state is
         # loaded into it but what a persistent worker's copy carries (its own __iter__
         # decides where a new pass starts).
+        if self._pass_yielded and self._unended:
+            warnings.warn(
+                f"ResumableDataLoader: a pass over {type(self._dataset).__name__} was left before its end, so the "
+                f"end-of-pass state of workers {sorted(self._unended)} is unknown; their next pass starts from the "
+                "state their last completed pass ended with, not from where a persistent worker's copy stands "
+                "(iterate each pass to its end to carry it)",
+                stacklevel=5,
+            )
+        self._unended, self._pass_yielded = set(), False
         self._records = [(carried, 0) for carried in self._carried]
         self._reader = None
 
     def ended(self, tagged: Tagged) -> None:
         """Role `tagged.role` completed its pass, its dataset in state `tagged.payload`."""
         self._carried[tagged.role] = tagged.payload
+        self._unended.discard(tagged.role)
 
     def resume(self, epoch: int, rank: int, world_size: int) -> SnapshotResume:
+        if self.carry:
+            self._unended, self._pass_yielded = set(range(self._roles)), False
         return SnapshotResume(list(self._records), self._every, self._started if self._in_process else None)
 
     def _started(self, reader: SnapshotReader) -> None:
@@ -90,6 +106,7 @@ class _SnapshotRecords:
         return dataset_snapshot(self._dataset) if self._iterated else None
 
     def record(self, tagged: Tagged) -> None:
+        self._pass_yielded = True
         snapshot, items = self._records[tagged.role]
         self._records[tagged.role] = (tagged.payload, 0) if tagged.payload is not None else (snapshot, items + tagged.items)
 
@@ -114,6 +131,7 @@ class _SnapshotRecords:
         # the passes after it carry what the resumed one ends with.
         self._iterated, self._reader = False, None
         self._carried = [None] * self._roles
+        self._unended, self._pass_yielded = set(), False
         items = role_items(own, where, self._roles)
         of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
         self._records = [
