@@ -70,10 +70,3 @@ class CheckpointStore(ABC):
     def require_container(self, action: str) -> None:
         """Raise StorageError if the location's bucket does not exist (object stores)."""
 
-
-def open_store(loc: Location) -> CheckpointStore:
-    """The store of ``loc``'s backend."""
-    from dist_resume.storage.local_store import LocalStore
-    from dist_resume.storage.object_store import ObjectStore
-
-    return LocalStore(loc) if loc.is_local else ObjectStore(loc)
