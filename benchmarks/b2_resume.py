@@ -9,7 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from dist_resume.state import FIELDS, PROGRESS_KEY, rank_key
+from dist_resume.state.fields import FIELDS, PROGRESS_KEY, rank_key
 
 from .report import FigureResult
 from .timing import interleaved, seconds

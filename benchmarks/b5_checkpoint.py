@@ -31,8 +31,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dist_resume.checkpoint import list_checkpoints, save_checkpoint
-from dist_resume.loader import ResumableDataLoader
+from dist_resume.checkpoint.load import list_checkpoints
+from dist_resume.checkpoint.save import save_checkpoint
+from dist_resume.loader.resumable import ResumableDataLoader
 
 from .report import FigureResult
 from .timing import Stats

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from dist_resume import ResumableDataLoader
-from dist_resume.generators import NAMES, generators, joint_snapshot
-from dist_resume.seeds import derive_seeds
+from dist_resume.randomness.global_generators import NAMES, generators, joint_snapshot
+from dist_resume.randomness.seeds import derive_seeds
 
 from .report import FigureResult
 from .timing import Stats, rotated, seconds

@@ -1,14 +1,18 @@
-"""dist-resume: exact, elastic mid-epoch resume for PyTorch training jobs."""
+"""dist-resume: exact, elastic mid-epoch resume for PyTorch training jobs.
 
-from .checkpoint import (
+The public face: every name a user imports, from the subpackage that owns it (see
+ARCHITECTURE.md for the layers)."""
+
+from dist_resume.checkpoint import (
     CheckpointInfo,
     SaveHandle,
+    TrainState,
     list_checkpoints,
     load_checkpoint,
     read_loader_states,
     save_checkpoint,
 )
-from .errors import (
+from dist_resume.errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointExistsError,
@@ -16,15 +20,13 @@ from .errors import (
     StorageError,
     UnsafeCheckpointError,
 )
-from .integrations.lightning import LightningLoader
-from .loader import ResumableDataLoader
-from .mixtures import Mixture
-from .remap import PlannedBatch, ResumePlan, plan_resume
-from .sample_rng import sample_generator, sample_seed
-from .state import ResumeStateError
-from .state_json import state_from_json, state_to_json
-from .streams import ShardedStream
-from .train_state import TrainState
+from dist_resume.integrations.lightning import LightningLoader
+from dist_resume.loader import ResumableDataLoader
+from dist_resume.mixtures import Mixture
+from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
+from dist_resume.randomness import sample_generator, sample_seed
+from dist_resume.state import ResumeStateError, state_from_json, state_to_json
+from dist_resume.streams import ShardedStream
 
 __all__ = [
     "CheckpointCorruptError",

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from dist_resume.arguments import checked_url
-from dist_resume.checkpoint import list_checkpoints, read_loader_states
+from dist_resume.checkpoint.load import list_checkpoints, read_loader_states
 from dist_resume.errors import CheckpointError
 from dist_resume.mixtures.inspection import describe as describe_mixture
-from dist_resume.remap import ResumePlan, plan_resume
-from dist_resume.state import MAX_WORLD_SIZE, RankState, ResumeStateError, decode
+from dist_resume.positions.remap import ResumePlan, plan_resume
+from dist_resume.state.fields import MAX_WORLD_SIZE, RankState, ResumeStateError
+from dist_resume.state.saved import decode
 
 PROG = "dist-resume"
 

@@ -68,7 +68,7 @@ def _training(seed: int, dataset_len: int) -> tuple[Any, Any, Any]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from dist_resume.loader import ResumableDataLoader
+    from dist_resume.loader.resumable import ResumableDataLoader
     from tests.datasets import Indices
 
     torch.manual_seed(seed)
@@ -91,8 +91,8 @@ def elastic_save(args: dict[str, Any]) -> None:
     while training collectives keep running; record what was consumed."""
     import torch
 
-    from dist_resume.checkpoint import save_checkpoint
-    from dist_resume.train_state import TrainState
+    from dist_resume.checkpoint.save import save_checkpoint
+    from dist_resume.checkpoint.train_state import TrainState
 
     rank, _ = _setup()
     model, optim, loader = _training(0, args["dataset_len"])
@@ -118,9 +118,9 @@ def elastic_load(args: dict[str, Any]) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from dist_resume.checkpoint import load_checkpoint
-    from dist_resume.state import ELASTIC_GUARD_KEY
-    from dist_resume.train_state import TrainState
+    from dist_resume.checkpoint.load import load_checkpoint
+    from dist_resume.checkpoint.train_state import TrainState
+    from dist_resume.state.fields import ELASTIC_GUARD_KEY
     from tests.layout import committed_dir
 
     rank, _ = _setup()
@@ -156,7 +156,7 @@ def killed_mid_save(args: dict[str, Any]) -> None:
     import torch
     from fsspec.implementations.local import LocalFileSystem
 
-    from dist_resume.checkpoint import save_checkpoint
+    from dist_resume.checkpoint.save import save_checkpoint
 
     class BlockingFileSystem(LocalFileSystem):
         """Local files; once armed, a shard gets 100 bytes, then its writer signals

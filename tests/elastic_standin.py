@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from dist_resume.state import ELASTIC_GUARD_KEY
+from dist_resume.state.fields import ELASTIC_GUARD_KEY
 
 
 class StandInLoader:

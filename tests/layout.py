@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dist_resume.checkpoint_layout import MARKER, step_dir_name
+from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 
 
 def committed_dir(run: Path, step: int) -> Path:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from dist_resume.elastic_plan import Plan
-from dist_resume.layout import Layout, TailMode
-from dist_resume.remap import ResumePlan
-from dist_resume.state import (
-    FORMAT_VERSION,
-    RankState,
-    Sampling,
-    encode,
-    plan_digest,
-    rank_key,
-)
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.layout import Layout, TailMode
+from dist_resume.positions.remap import ResumePlan
+from dist_resume.state.fields import FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
 
 
 def job_states(

@@ -7,7 +7,7 @@ import pickle
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dist_resume.fetch import BatchRequest
+from dist_resume.loader.fetch import BatchRequest
 
 _positions = st.one_of(
     st.builds(lambda start, size: range(start, start + size), st.integers(0, 2**40), st.integers(0, 70)),

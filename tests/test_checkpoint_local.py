@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
-from dist_resume.checkpoint_layout import MARKER, step_dir_name
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.save import save_checkpoint
+from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import (
     CheckpointCorruptError,
     CheckpointExistsError,
     CheckpointNotFoundError,
 )
-from dist_resume.loader import ResumableDataLoader
-from dist_resume.state import ResumeStateError
+from dist_resume.loader.resumable import ResumableDataLoader
+from dist_resume.state.fields import ResumeStateError
 from tests.elastic_standin import StandInLoader
 from tests.layout import committed_dir
 

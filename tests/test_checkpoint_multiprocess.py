@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_resume.checkpoint import list_checkpoints, load_checkpoint
-from dist_resume.checkpoint_layout import step_dir_name
-from dist_resume.state import ELASTIC_GUARD_KEY
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.step_dirs import step_dir_name
+from dist_resume.state.fields import ELASTIC_GUARD_KEY
 from tests.checkpoint_worker import launch, run
 from tests.s3_server import free_port
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dist_resume.checkpoint import read_loader_states, save_checkpoint
+from dist_resume.checkpoint.load import read_loader_states
+from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.cli import main
 from dist_resume.demo.records import EpochPositions
-from dist_resume.loader import ResumableDataLoader
+from dist_resume.loader.resumable import ResumableDataLoader
 
 ROOT = Path(__file__).resolve().parents[1]
 

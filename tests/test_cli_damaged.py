@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from dist_resume.checkpoint import save_checkpoint
-from dist_resume.checkpoint_layout import step_dir_name
+from dist_resume.checkpoint.save import save_checkpoint
+from dist_resume.checkpoint.step_dirs import step_dir_name
 from dist_resume.cli import main
-from dist_resume.loader import ResumableDataLoader
-from dist_resume.state import RankState, encode, plan_digest
+from dist_resume.loader.resumable import ResumableDataLoader
+from dist_resume.state.fields import RankState, encode, plan_digest
+from tests.layout import committed_dir
 
 from .hostile_files import ROOT, read_metadata, run_fenced
-from tests.layout import committed_dir
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dist_resume.checkpoint import list_checkpoints
+from dist_resume.checkpoint.load import list_checkpoints
 from dist_resume.cli import main
 from tests.s3_server import s3_bucket, s3_endpoint  # noqa: F401
 

@@ -12,7 +12,7 @@ import pytest
 from dist_resume.demo.data import SyntheticDataset
 from dist_resume.demo.records import EpochPositions, Recorder, start_run
 from dist_resume.demo.verify import verify
-from dist_resume.loader import ResumableDataLoader
+from dist_resume.loader.resumable import ResumableDataLoader
 
 SIZE, SEED, GLOBAL_BATCH, EPOCHS, WORLD_SIZE = 26, 1, 6, 2, 3  # 5 steps per epoch, last one padded
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dist_resume.checkpoint import list_checkpoints
+from dist_resume.checkpoint.load import list_checkpoints
 from dist_resume.demo.job import TrainingJob, free_port, kill_workers
 from dist_resume.demo.records import read_runs
 from dist_resume.demo.verify import verify

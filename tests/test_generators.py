@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dist_resume.generators import NAMES, generators, joint_snapshot
+from dist_resume.randomness.global_generators import NAMES, generators, joint_snapshot
 
 DRAWS = {
     "torch": lambda: torch.rand(1),

@@ -17,10 +17,11 @@ import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from dist_resume.checkpoint import read_loader_states, save_checkpoint
+from dist_resume.checkpoint.load import read_loader_states
+from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
-from dist_resume.loader import ResumableDataLoader
-from dist_resume.state import FIELDS, RankState, encode, plan_digest
+from dist_resume.loader.resumable import ResumableDataLoader
+from dist_resume.state.fields import FIELDS, RankState, encode, plan_digest
 from tests.hostile_files import (
     archive,
     edit_metadata,
@@ -28,8 +29,8 @@ from tests.hostile_files import (
     replace_stored,
     run_fenced,
 )
-from tests.s3_server import free_port
 from tests.layout import committed_dir
+from tests.s3_server import free_port
 
 
 def _loader_checkpoint(url: Path, step: int = 1) -> Path:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dist_resume import LightningLoader, ResumableDataLoader
-from dist_resume.state import rank_key
+from dist_resume.state.fields import rank_key
 
 
 class _Indices(torch.utils.data.Dataset):

@@ -17,8 +17,8 @@ from torch.utils.data import (
 )
 
 from dist_resume import ResumableDataLoader, ResumeStateError
-from dist_resume.order import EpochOrder
-from dist_resume.state import FIELDS
+from dist_resume.positions.epoch_order import EpochOrder
+from dist_resume.state.fields import FIELDS
 
 from .datasets import Augmented, BatchedFetch, Fetches, Squares, flatten
 

@@ -24,7 +24,7 @@ import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, plan_resume
 from dist_resume.demo.train import shut_down_distributed
-from dist_resume.order import EpochOrder
+from dist_resume.positions.epoch_order import EpochOrder
 
 from .datasets import Augmented
 

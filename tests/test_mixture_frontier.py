@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dist_resume.elastic_plan import Plan, rank_positions
-from dist_resume.layout import Layout, TailMode
+from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.layout import Layout, TailMode
 
 
 def _consumed(plan: Plan, layout: Layout, counts: list[int]) -> set[int]:

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dist_resume.order import EpochOrder
+from dist_resume.positions.epoch_order import EpochOrder
 
 
 @settings(max_examples=200, deadline=None)

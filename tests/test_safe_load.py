@@ -14,9 +14,10 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from dist_resume.checkpoint import load_checkpoint, save_checkpoint
+from dist_resume.checkpoint.load import load_checkpoint
+from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
+from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.errors import UnsafeCheckpointError
-from dist_resume.safe_load import unpickle_metadata
 from tests.layout import committed_dir
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dist_resume.seeds import derive_seed, derive_seeds
+from dist_resume.randomness.seeds import derive_seed, derive_seeds
 
 
 @given(st.integers(0, 2**63 - 1), st.integers(0, 2**20), st.lists(st.integers(0, 2**62), max_size=50))

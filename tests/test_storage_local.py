@@ -13,10 +13,10 @@ from botocore.exceptions import ClientError
 from fsspec.implementations.memory import MemoryFileSystem
 
 from dist_resume import storage
-from dist_resume.storage import retries
-from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.errors import CheckpointError
-from dist_resume.storage import is_transient, redact_url, resolve
+from dist_resume.storage import is_transient, redact_url, resolve, retries
 
 SLOW_DOWN = "SlowDown: please reduce your request rate"
 

@@ -14,7 +14,8 @@ import pytest
 import s3fs
 import torch
 
-from dist_resume.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.cli import main
 from dist_resume.errors import StorageError
 from dist_resume.storage import RETRY_ATTEMPTS

@@ -12,7 +12,8 @@ import posixpath
 import re
 from typing import Any
 
-from dist_resume.checkpoint_read import ATTEMPT_NAME, METADATA, read_marker
+from dist_resume.checkpoint.marker import ATTEMPT_NAME, read_marker
+from dist_resume.checkpoint.metadata_checks import METADATA
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore
 

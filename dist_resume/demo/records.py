@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from dist_resume.order import EpochOrder
+from dist_resume.positions.epoch_order import EpochOrder
 
 RUN_FILE = "run.json"
 

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from dist_resume.checkpoint import list_checkpoints
+from dist_resume.checkpoint.load import list_checkpoints
 from dist_resume.demo.job import TrainingJob, last_recorded_step, torchrun_command
 from dist_resume.demo.verify import Verdict, verify
 

@@ -19,7 +19,7 @@ from dist_resume.demo.records import (
     fingerprint,
     read_runs,
 )
-from dist_resume.loader import ResumableDataLoader
+from dist_resume.loader.resumable import ResumableDataLoader
 
 # (epoch, position) -> fingerprint of the augmented sample, per global step
 Reference = dict[int, dict[tuple[int, int], str]]

@@ -18,9 +18,10 @@ import re
 import weakref
 from typing import Any
 
-from ..loader import ResumableDataLoader
-from ..state import ResumeStateError, decode
-from ..state_json import state_from_json, state_to_json
+from dist_resume.loader.resumable import ResumableDataLoader
+from dist_resume.state.fields import ResumeStateError
+from dist_resume.state.json_form import state_from_json, state_to_json
+from dist_resume.state.saved import decode
 
 # The folder inside accelerate's checkpoint directory that holds the loader states.
 STATE_FOLDER = "dist_resume"

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..layout import Layout, TailMode
-from ..loader import ResumableDataLoader
-from ..remap import resume_rank
-from ..state import PROGRESS_KEY, RankState, ResumeStateError, Sampling, decode, rank_key
+from dist_resume.loader.resumable import ResumableDataLoader
+from dist_resume.positions.layout import Layout, TailMode
+from dist_resume.positions.remap import resume_rank
+from dist_resume.state.fields import PROGRESS_KEY, RankState, ResumeStateError, Sampling, rank_key
+from dist_resume.state.saved import decode
 
 
 class LightningLoader:

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .state import ResumeStateError
-from .worker_roles import Tagged, state_now
+from dist_resume.state.fields import ResumeStateError
+from dist_resume.workers.roles import Tagged, state_now
 
 DATASET_KEY = "dataset"
 

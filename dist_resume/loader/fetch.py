@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import Dataset
 
-from .generators import NAMES, generators
-from .sample_rng import CONTEXT, SampleRandomness
-from .seeds import derive_seed, derive_seeds
-from .worker_roles import Tagged, is_stateful, state_now
+from dist_resume.randomness.global_generators import NAMES, generators
+from dist_resume.randomness.per_sample import CONTEXT, SampleRandomness
+from dist_resume.randomness.seeds import derive_seed, derive_seeds
+from dist_resume.workers.roles import Tagged, is_stateful, state_now
 
 
 class BatchRequest(NamedTuple):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from .elastic_plan import Plan
-
-if TYPE_CHECKING:
-    from .loader import ResumableDataLoader
+from dist_resume.positions.elastic_plan import Plan
 
 
 class Progress:
@@ -24,19 +21,27 @@ class Progress:
         # Set by set_epoch: the next iter() serves this epoch even if it is finished.
         self.chosen = False
 
+    @property
+    def started(self) -> bool:
+        """Whether a batch of the epoch was consumed, or the epoch is over."""
+        return bool(self.batches or self.finished)
+
 
 class ResumingIterator:
-    """Yields the inner DataLoader's batches and tells the loader each one was consumed."""
+    """Yields the inner DataLoader's batches and reports each one handed on (`consumed`) and
+    the end of the pass (`exhausted`); stops with an error once `is_current()` is False."""
 
-    def __init__(self, loader: ResumableDataLoader, inner: Iterator[Any], generation: int, batches: Iterator[Any]) -> None:
-        self._loader = loader
+    def __init__(self, inner: Iterator[Any], batches: Iterator[Any], *, is_current: Callable[[], bool],
+                 consumed: Callable[[], None], exhausted: Callable[[], None], length: Callable[[], int],
+                 stream_length: StreamLength | None = None) -> None:
         self._inner = inner
-        self._generation = generation
-        self._ended = False
         self._batches = batches  # torch's iterator under `inner`
-        # As torch's iterator: once len(loader) was read, a stream that yields more batches
-        # than that length warns (worker replicas of a stream that is not split, say).
-        self._reported_length = loader._IterableDataset_len_called if loader._stream is not None else None
+        self._is_current = is_current
+        self._consumed = consumed
+        self._exhausted = exhausted
+        self._length = length
+        self._stream_length = stream_length
+        self._ended = False
         self._yielded = 0
 
     @property
@@ -48,13 +53,12 @@ class ResumingIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return self._length()
 
     def __next__(self) -> Any:
-        loader = self._loader
         if self._ended:
             raise StopIteration
-        if self._generation != loader._generation:
+        if not self._is_current():
             self._inner = iter(())
             raise RuntimeError(
                 "this ResumableDataLoader iterator is stale: the loader was re-iterated, or "
@@ -64,20 +68,29 @@ class ResumingIterator:
             batch = next(self._inner)
         except StopIteration:
             self._ended = True
-            loader._exhausted()
+            self._exhausted()
             raise
-        loader._consumed()
-        if self._reported_length is not None:
+        self._consumed()
+        if self._stream_length is not None and self._stream_length.reported is not None:
             self._yielded += 1
-            if self._yielded > self._reported_length:
-                self._warn_past_length()
+            if self._yielded > self._stream_length.reported:
+                self._stream_length.warn(self._yielded)
         return batch
 
-    def _warn_past_length(self) -> None:
-        loader = self._loader
-        message = (f"Length of IterableDataset {loader.dataset} was reported to be {self._reported_length} (when "
-                   f"accessing len(dataloader)), but {self._yielded} samples have been fetched. ")
-        if loader.num_workers > 0:
+
+class StreamLength:
+    """As torch's iterator: once len(loader) was read (`reported`), a stream that yields
+    more batches than that warns (worker replicas of a stream that is not split, say)."""
+
+    def __init__(self, reported: int | None, dataset: Any, num_workers: int) -> None:
+        self.reported = reported
+        self._dataset = dataset
+        self._num_workers = num_workers
+
+    def warn(self, yielded: int) -> None:
+        message = (f"Length of IterableDataset {self._dataset} was reported to be {self.reported} (when "
+                   f"accessing len(dataloader)), but {yielded} samples have been fetched. ")
+        if self._num_workers > 0:
             message += ("For multiprocessing data-loading, this could be caused by not properly configuring the "
                         "IterableDataset replica at each worker. Please see "
                         "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.")

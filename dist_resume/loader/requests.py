@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import collections
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 import numpy
 import torch
 
-from .dataset_order import position_order
-from .dataset_state import DatasetStates
-from .elastic_plan import Plan, rank_positions
-from .fetch import BatchRequest
-from .layout import Layout
-from .state import Sampling
-
-if TYPE_CHECKING:
-    from .loader import ResumableDataLoader
+from dist_resume.loader.dataset_states import DatasetStates
+from dist_resume.loader.fetch import BatchRequest
+from dist_resume.positions.dataset_order import position_order
+from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.layout import Layout
+from dist_resume.state.fields import Sampling
 
 # Positions mapped to indices per vectorized call: large enough that the per-call
 # cost of tensor operations vanishes, small enough that the first batch is quick.
@@ -29,26 +25,28 @@ _POSITIONS_PER_CHUNK = 16384
 
 class RequestSampler:
     """The batch sampler of the inner DataLoader: each `iter()` asks the loader for the
-    requests of its current position, so persistent workers follow resumes. It refers to
-    the loader weakly: the loader owns the inner DataLoader, and a cycle would keep
+    requests of its current position, so persistent workers follow resumes. It holds the
+    loader's methods weakly: the loader owns the inner DataLoader, and a cycle would keep
     persistent workers alive after the loader is dropped."""
 
-    def __init__(self, loader: ResumableDataLoader) -> None:
-        self._loader = weakref.ref(loader)
+    def __init__(self, requests: weakref.WeakMethod, length: weakref.WeakMethod, num_workers: int) -> None:
+        self._requests = requests
+        self._length = length
+        self._num_workers = num_workers
 
     def __iter__(self) -> Iterator[BatchRequest | tuple]:
-        loader = self._owner()
-        requests = loader._requests()
-        return map(BatchRequest.wire, requests) if loader.num_workers else requests
+        requests = self._live(self._requests)()
+        return map(BatchRequest.wire, requests) if self._num_workers else requests
 
     def __len__(self) -> int:
-        return len(self._owner())
+        return self._live(self._length)()
 
-    def _owner(self) -> ResumableDataLoader:
-        loader = self._loader()
-        if loader is None:
+    @staticmethod
+    def _live(method: weakref.WeakMethod) -> Callable:
+        bound = method()
+        if bound is None:
             raise RuntimeError("the ResumableDataLoader of this sampler was deleted")
-        return loader
+        return bound
 
 
 class BatchRequests:

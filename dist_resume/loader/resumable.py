@@ -4,34 +4,36 @@ from __future__ import annotations
 
 import collections
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .dataset_order import definition_digest
-from .dataset_state import DatasetStates, TaggingCollate
-from .elastic_plan import Plan
-from .fetch import SeededDataset, SingleSample
-from .integrations.hf_datasets import check_not_split_by_node
-from .layout import Layout, TailMode
-from .loader_defaults import data_parallel_shard, default_seed
-from .loader_progress import Progress, ResumingIterator
-from .loader_requests import BatchRequests, RequestSampler
-from .loader_state import LoaderState
-from .sample_rng import parse_choice
-from .sampler_rng import SamplerRandomness
-from .single_process import SingleProcessBatches, serves
-from .state import Identity, Sampling
-from .streams.cursor import StreamCursor
-from .streams.sharded import ShardedStream
-from .worker_roles import UserDatasetInit, is_stateful
+from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
+from dist_resume.loader.defaults import data_parallel_shard, default_seed
+from dist_resume.loader.epochs import EpochChoice
+from dist_resume.loader.fetch import SeededDataset, SingleSample
+from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
+from dist_resume.loader.requests import BatchRequests, RequestSampler
+from dist_resume.loader.saving import LoaderState
+from dist_resume.loader.single_process import SingleProcessBatches, serves
+from dist_resume.loader.split_by_node import check_not_split_by_node
+from dist_resume.positions.dataset_order import definition_digest
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.layout import Layout, TailMode
+from dist_resume.randomness.per_sample import parse_choice
+from dist_resume.randomness.sampler import SamplerRandomness
+from dist_resume.state.fields import Identity, Sampling
+from dist_resume.streams.cursor import StreamCursor
+from dist_resume.streams.sharded import ShardedStream
+from dist_resume.workers.roles import UserDatasetInit, is_stateful
 
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
+class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T_co]):
     """A drop-in `torch.utils.data.DataLoader` that can stop anywhere and resume on the
     exact next sample, at the same or another world size (GUARANTEES G1-G6).
 
@@ -176,13 +178,6 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
     # -- what the loader is -------------------------------------------------------
 
     @property
-    def epoch(self) -> int:
-        """The epoch the next `iter()` serves: the one in progress, the next once the last
-        batch of the current one was consumed, or a loaded state's (a finished one's pass
-        yields no batches)."""
-        return self._next_progress().epoch
-
-    @property
     def identity(self) -> Identity:
         return Identity(self._dataset_length, self.seed, self.shuffle, self.drop_last, self.even_batches, self._sampling,
                         definition_digest(self.dataset))
@@ -212,75 +207,12 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
         batch = layout.batch(self.rank, last)
         return [(batch.padding_start + i) % self._dataset_length for i in range(batch.padding)]
 
-    # -- epochs -------------------------------------------------------------------
-
-    def set_epoch(self, epoch: int) -> None:
-        """Serve `epoch` at the next `iter()` (like `DistributedSampler.set_epoch`). The
-        epoch in progress keeps its position, so a resumed loop may call it unconditionally."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._forward_epoch(epoch)
-        progress = self._progress
-        if epoch == progress.epoch and (self._resume_pending or not self._started(progress)):
-            progress.chosen = True  # a loaded state's position, even the end of the epoch
-            return
-        if progress.batches and not progress.finished and epoch != progress.epoch:
-            warnings.warn(
-                f"ResumableDataLoader.set_epoch({epoch}) abandons epoch {progress.epoch} after "
-                f"{progress.batches} batches; its remaining samples are skipped",
-                stacklevel=2,
-            )
-        self._switch_epoch(epoch)
-        self._progress.chosen = True
-
-    def _plan_for(self, epoch: int) -> Plan:
-        values = self._plan_values
-        if values and values[0] == epoch:
-            return Plan.decode(values, self._dataset_length, self._mode, epoch)
-        return Plan(self._dataset_length, self._mode, epoch)
-
-    def _current_length(self) -> int:
-        # Read at the start of every pass: a dataset may grow between epochs.
-        return self._stream.length if self._stream is not None else len(self.dataset)
-
-    def _switch_epoch(self, epoch: int) -> None:
-        self._resume_pending = False
-        self._dataset_length = self._current_length()
-        self._progress = Progress(epoch, self._plan_for(epoch))
-        self._sampler_snapshot = None
-        self._sampler_rng.reset()
-        if self._stream is not None:
-            self._stream.start_epoch()
-        self._generation += 1
-
-    def _started(self, progress: Progress) -> bool:
-        return bool(progress.batches or progress.finished)
-
-    def _next_progress(self) -> Progress:
-        progress = self._progress
-        if self._resume_pending or progress.chosen:
-            return progress
-        if progress.finished:
-            epoch = progress.epoch + 1
-        elif not self._started(progress):
-            epoch = progress.epoch
-        else:
-            return progress  # the epoch in progress (a new iter() would start the next one)
-        length = self._current_length()
-        return Progress(epoch, self._plan_for(epoch) if length == self._dataset_length else Plan(length, self._mode, epoch))
-
-    def _forward_epoch(self, epoch: int) -> None:
-        for target in (self.dataset, self._user_sampler):
-            set_epoch = getattr(target, "set_epoch", None)
-            if callable(set_epoch) and not isinstance(target, ShardedStream):
-                set_epoch(epoch)
-
     # -- iteration ----------------------------------------------------------------
 
     def __iter__(self) -> Iterator[_T_co]:
         progress = self._progress
         if not (self._resume_pending or progress.chosen):
-            self._switch_epoch(progress.epoch + 1 if self._started(progress) else progress.epoch)
+            self._switch_epoch(progress.epoch + 1 if progress.started else progress.epoch)
         self._resume_pending = False
         self._progress.chosen = False
         self._forward_epoch(self._progress.epoch)
@@ -293,11 +225,19 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
             batches = iter(inner)
-            return ResumingIterator(self, self._stream.yielded(batches, self._sizes), self._generation, batches)
+            stream_length = StreamLength(self._IterableDataset_len_called, self.dataset, self.num_workers)
+            return self._resuming(self._stream.yielded(batches, self._sizes), batches, stream_length)
         loader = self._inner_loader()
         batches = SingleProcessBatches(loader) if serves(loader) else iter(loader)
         inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
-        return ResumingIterator(self, inner, self._generation, batches)
+        return self._resuming(inner, batches)
+
+    def _resuming(self, inner: Iterator[Any], batches: Iterator[Any], stream_length: StreamLength | None = None
+                  ) -> ResumingIterator:
+        generation = self._generation
+        return ResumingIterator(inner, batches, is_current=lambda: generation == self._generation,
+                                consumed=self._consumed, exhausted=self._exhausted, length=self.__len__,
+                                stream_length=stream_length)
 
     def _inner_loader(self) -> DataLoader:
         if self._inner is None:
@@ -306,7 +246,8 @@ class ResumableDataLoader(BatchRequests, LoaderState, DataLoader[_T_co]):
                 collate = TaggingCollate(collate)
             self._inner = DataLoader(
                 SeededDataset(self.dataset, self.seed, self.deterministic_transforms),
-                batch_sampler=RequestSampler(self),
+                batch_sampler=RequestSampler(weakref.WeakMethod(self._requests), weakref.WeakMethod(self.__len__),
+                                             self.num_workers),
                 num_workers=self.num_workers,
                 collate_fn=collate,
                 pin_memory=self.pin_memory,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dataset_order import definition_digest, resume_definition, save_definition
-from .dataset_state import DATASET_KEY
-from .loader_progress import Progress
-from .remap import resume_rank
-from .sampler_rng import SAMPLER_RNG_KEY
-from .state import FORMAT_VERSION, RankState, decode, encode, plan_digest, rank_key
-from .streams.cursor import STREAM_KEY
+from dist_resume.loader.dataset_states import DATASET_KEY
+from dist_resume.loader.progress import Progress
+from dist_resume.positions.dataset_order import definition_digest, resume_definition, save_definition
+from dist_resume.positions.remap import resume_rank
+from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
+from dist_resume.state.fields import FORMAT_VERSION, RankState, encode, plan_digest, rank_key
+from dist_resume.state.saved import decode
+from dist_resume.streams.cursor import STREAM_KEY
 
 
 class LoaderState:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..seeds import derive_seed
-from ..state import ResumeStateError
-from .schedule import Stage
-from .source_orders import name_key
+from dist_resume.mixtures.schedule import Stage
+from dist_resume.mixtures.source_orders import name_key
+from dist_resume.randomness.seeds import derive_seed
+from dist_resume.state.fields import ResumeStateError
 
 _VERSION = 1
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..dataset_order import saved_definition
-from ..state import SavedStates
-from .definition import Definition
-from .progress import frontier, source_progress
-from .schedule import Schedule
+from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.progress import frontier, source_progress
+from dist_resume.mixtures.schedule import Schedule
+from dist_resume.positions.dataset_order import saved_definition
+from dist_resume.state.saved import SavedStates
 
 
 def describe(state_dict: Mapping[str, Any], saved: SavedStates) -> list[str]:

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..arguments import checked_int
-from ..state import ResumeStateError, SavedStates, decode
-from .definition import Definition
-from .progress import SourceProgress, frontier, source_progress
-from .schedule import Schedule, WeightsOrStages, parse_stages
-from .source_orders import SourceOrders
+from dist_resume.arguments import checked_int
+from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.progress import SourceProgress, frontier, source_progress
+from dist_resume.mixtures.schedule import Schedule, WeightsOrStages, parse_stages
+from dist_resume.mixtures.source_orders import SourceOrders
+from dist_resume.state.fields import ResumeStateError
+from dist_resume.state.saved import SavedStates, decode
 
 
 class MixtureOrder:
@@ -105,7 +106,7 @@ class Mixture(Dataset):
         position = at if isinstance(at, int) else frontier(decode(at))
         return source_progress(self.definition, self.schedule, position)
 
-    # -- the ResumableDataLoader protocol (see dist_resume.dataset_order) ---------
+    # -- the ResumableDataLoader protocol (see dist_resume.positions.dataset_order) ---------
 
     def position_order(self, seed: int, epoch: int, shuffle: bool) -> MixtureOrder:
         return MixtureOrder(self.schedule, SourceOrders(self.names, self.lengths, seed, shuffle), epoch * self.length)

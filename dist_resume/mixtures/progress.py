@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..elastic_plan import Plan
-from ..layout import TailMode
-from ..state import ResumeStateError, Sampling, SavedStates
-from .definition import Definition
-from .schedule import Schedule
+from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.schedule import Schedule
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.layout import TailMode
+from dist_resume.state.fields import ResumeStateError, Sampling
+from dist_resume.state.saved import SavedStates
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Union
 import numpy
 import torch
 
-from ..arguments import checked_int
-from .quotas import MAX_POSITION, quotas
-from .split_tree import SplitTree
+from dist_resume.arguments import checked_int
+from dist_resume.mixtures.quotas import MAX_POSITION, quotas
+from dist_resume.mixtures.split_tree import SplitTree
 
 Weights = Mapping[str, Real]
 WeightsOrStages = Union[Weights, Sequence[tuple[int, Weights]]]

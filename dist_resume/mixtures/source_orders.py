@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy
 import torch
 
-from ..order import EpochOrder
-from ..seeds import derive_seed
+from dist_resume.positions.epoch_order import EpochOrder
+from dist_resume.randomness.seeds import derive_seed
 
 _SOURCE_TAG = 0x737263  # "src"
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 import numpy
 import torch
 
-from ..seeds import derive_seed
+from dist_resume.randomness.seeds import derive_seed
 
 _Int = TypeVar("_Int", int, numpy.ndarray)
 _PHASE_TAG = 0x6D6978  # "mix": phases differ from every other use of derive_seed

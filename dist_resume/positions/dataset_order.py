@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
-from .order import EpochOrder
-from .state import ResumeStateError, SavedStates
+from dist_resume.positions.epoch_order import EpochOrder
+from dist_resume.state.fields import ResumeStateError
+from dist_resume.state.saved import SavedStates
 
 DEFINITION_KEY = "dataset_definition"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .layout import Layout, TailMode
+from dist_resume.positions.layout import Layout, TailMode
 
 
 @dataclass(frozen=True)

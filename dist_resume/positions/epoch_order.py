@@ -7,7 +7,7 @@ from typing import TypeVar
 import numpy
 import torch
 
-from .seeds import derive_seed
+from dist_resume.randomness.seeds import derive_seed
 
 _ROUNDS = 4
 _LOW31 = 0x7FFFFFFF

@@ -14,9 +14,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .elastic_plan import Plan, rank_positions
-from .layout import Layout, TailMode
-from .state import ResumeStateError, Sampling, SavedStates, decode
+from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.layout import Layout, TailMode
+from dist_resume.state.fields import ResumeStateError, Sampling
+from dist_resume.state.saved import SavedStates, decode
 
 
 @dataclass(frozen=True)

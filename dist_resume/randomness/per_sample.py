@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from .generators import NAMES, Generator, generators, joint_snapshot
-from .seeds import own_generator_seed
+from dist_resume.randomness.global_generators import NAMES, Generator, generators, joint_snapshot
+from dist_resume.randomness.seeds import own_generator_seed
 
 
 class _Context:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy
 
-from .generators import NAMES, generators
+from dist_resume.randomness.global_generators import NAMES, generators
 
 _MASK64 = (1 << 64) - 1
 _SEED_BITS = (1 << 63) - 1

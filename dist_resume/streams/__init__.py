@@ -1,6 +1,8 @@
-"""IterableDatasets in `ResumableDataLoader`: the elastic `ShardedStream`, and the per-worker
-cursor that resumes any stream exactly where its last yielded batch left off."""
+"""IterableDatasets in `ResumableDataLoader`: the elastic `ShardedStream`, the per-worker
+readers and the main-process cursor that resumes any stream exactly where its last yielded
+batch left off, and the checks of a saved stream state. Imports `workers`, `state`,
+`randomness` and `arguments`; never the loader, which drives it."""
 
-from .sharded import ShardedStream
+from dist_resume.streams.sharded import ShardedStream
 
 __all__ = ["ShardedStream"]

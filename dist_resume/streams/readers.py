@@ -9,10 +9,10 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..seeds import SampleSeeder, derive_seed
-from ..worker_roles import PASS_END, Tagged, is_stateful, play_role, state_now
-from .datapipes import PipeSettings, configure
-from .sharded import SHARD_END, ShardedStream
+from dist_resume.randomness.seeds import SampleSeeder, derive_seed
+from dist_resume.streams.datapipes import PipeSettings, configure
+from dist_resume.streams.sharded import SHARD_END, ShardedStream
+from dist_resume.workers.roles import PASS_END, Tagged, is_stateful, play_role, state_now
 
 
 def drawn(iterator: Iterator[Any]) -> Iterator[Any]:

@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..arguments import checked_int
-from ..seeds import derive_seed
-from ..state import ResumeStateError
+from dist_resume.arguments import checked_int
+from dist_resume.randomness.seeds import derive_seed
+from dist_resume.state.fields import ResumeStateError
 
 # Yielded by `slot_items` after a shard's last item: the shard is finished.
 SHARD_END = object()

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..state import MAX_WORLD_SIZE, ResumeStateError
+from dist_resume.state.fields import MAX_WORLD_SIZE, ResumeStateError
 
 META = "meta"
 SNAPSHOT_KIND, SHARD_KIND = 0, 1

@@ -30,12 +30,12 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
-from dist_resume.checkpoint_layout import MARKER, step_dir_name
+from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import CheckpointCorruptError
-from dist_resume.state import FIELDS, ResumeStateError
+from dist_resume.state.fields import FIELDS, ResumeStateError
 from dist_resume.storage import redact_url
-from tests.layout import committed_dir
 from tests.faults.summary import Summary
+from tests.layout import committed_dir
 
 KINDS = ("disk_full_midway", "truncated_shard", "deleted_metadata", "partial_step_dir", "loader_state_bitflip")
 SHARD = "__0_0.distcp"

@@ -22,7 +22,7 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
-from dist_resume.checkpoint_layout import MARKER, step_dir_name
+from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from tests.faults.proxy import FAILING_KINDS, FaultProxy
 from tests.faults.summary import Summary
 from tests.s3_server import FAKE_KEY_ID, FAKE_SECRET

@@ -20,7 +20,7 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
-from dist_resume.state import FIELDS
+from dist_resume.state.fields import FIELDS
 
 DATASET_LEN = 20
 BATCH = 4

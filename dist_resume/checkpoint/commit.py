@@ -1,0 +1,75 @@
+"""Writing the commit layout (G7): a new directory for each save's files, the ``.committed``
+marker that makes a step exist once every rank's files are stored, and pruning old steps.
+Only rank 0 runs these; the collectives around them are the caller's."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+import uuid
+from importlib import metadata as package_metadata
+
+import torch
+
+from dist_resume.checkpoint.metadata_checks import read_metadata
+from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, step_dir
+from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
+from dist_resume.storage import CheckpointStore
+
+
+def prepare_attempt(store: CheckpointStore, step: int) -> str:
+    """Refuse a committed step; return a new directory for this save's files, where no
+    other save (another job on the same URL) writes. Nothing is deleted here."""
+    store.require_container("save to")
+    if store.exists(posixpath.join(step_dir(store, step), MARKER)):
+        raise CheckpointExistsError(
+            f"step {step} is already committed at {store.loc.url}; a committed checkpoint is never overwritten"
+        )
+    return posixpath.join(step_dir(store, step), f"attempt_{uuid.uuid4().hex}")
+
+
+def _version() -> str | None:
+    try:
+        return package_metadata.version("dist-resume")
+    except package_metadata.PackageNotFoundError:
+        return None
+
+
+def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> None:
+    """Commit ``attempt`` as ``step`` if no other save committed it first (G7)."""
+    loc = store.loc
+    where = f"step {step} at {loc.url}"
+    try:
+        read_metadata(loc, attempt, where)  # every rank's shard is there, whole
+    except CheckpointCorruptError as exc:
+        raise CheckpointError(
+            f"{where} not committed: rank 0 cannot read every rank's files ({exc}); the URL must "
+            "name storage that every rank shares"
+        ) from None
+    marker = {
+        "step": step,
+        "attempt": posixpath.basename(attempt),
+        "world_size": world_size,
+        "committed_at": time.time(),
+        "torch": torch.__version__,
+        "dist_resume": _version(),
+    }
+    if not store.create_exclusive(posixpath.join(step_dir(store, step), MARKER), json.dumps(marker).encode()):
+        store.remove_tree(attempt)
+        raise CheckpointExistsError(
+            f"{where} was committed by another save while this one ran (two jobs on one URL?); "
+            "this save's files were removed and the committed step is unchanged"
+        )
+    if keep is not None:
+        prune(store, step, keep)
+
+
+def prune(store: CheckpointStore, step: int, keep: int) -> None:
+    """Delete committed steps older than ``step`` beyond the newest ``keep`` (``step`` included)."""
+    steps = committed_steps(store)
+    older = sorted(s for s in steps if s < step)
+    for old in older[: max(0, len(older) - (keep - 1))]:
+        # Uncommit first: a crash while deleting leaves an ignored directory.
+        store.remove_file(posixpath.join(steps[old], MARKER))
+        store.remove_tree(steps[old])

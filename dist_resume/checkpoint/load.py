@@ -1,0 +1,165 @@
+"""Reading committed checkpoints: ``load_checkpoint`` (elastic for the data loader's
+entries, G2), ``read_loader_states`` and ``list_checkpoints``. "Latest" is the newest
+committed step; nothing in a checkpoint is executed (G8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.stateful import Stateful
+
+from dist_resume.arguments import checked_int, checked_url
+from dist_resume.checkpoint.async_saves import wait_for_previous_save
+from dist_resume.checkpoint.bounded_reader import BoundedReader
+from dist_resume.checkpoint.collectives import dcp_call, on_rank0
+from dist_resume.checkpoint.metadata_checks import read_metadata
+from dist_resume.checkpoint.nested import set_path
+from dist_resume.checkpoint.rank_agreement import require_same_location
+from dist_resume.checkpoint.step_dirs import committed_steps, read_commit, refuse_misplaced
+from dist_resume.checkpoint.stored_values import SafeLoadPlanner
+from dist_resume.errors import CheckpointError, CheckpointNotFoundError
+from dist_resume.state.fields import ELASTIC_GUARD_KEY
+from dist_resume.storage import CheckpointStore, open_store, resolve
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A committed checkpoint, as ``list_checkpoints`` reports it."""
+
+    step: int
+    committed_at: float  # seconds since the epoch
+    world_size: int
+    size_bytes: int
+    url: str  # printable: credentials removed
+
+
+def _choose(store: CheckpointStore, step: int | None) -> tuple[int, str, Metadata] | None:
+    """The committed ``step`` (default: the latest), its data directory and its metadata;
+    None if the location holds nothing."""
+    steps = committed_steps(store)
+    if not steps:
+        refuse_misplaced(store)
+    if step is None:
+        if not steps:
+            return None
+        step = max(steps)
+    elif step not in steps:
+        committed = ", ".join(map(str, sorted(steps))) or "none"
+        raise CheckpointNotFoundError(
+            f"step {step} is not committed at {store.loc.url} (committed steps: {committed})"
+        )
+    _, directory = read_commit(store, step, steps[step])
+    return step, directory, read_metadata(store.loc, directory, f"step {step} at {store.loc.url}")
+
+
+def _placeholder(entry: Any) -> torch.Tensor | None:
+    if isinstance(entry, TensorStorageMetadata):
+        return torch.zeros(entry.size, dtype=entry.properties.dtype)
+    return None  # a stored value: the safe planner replaces it
+
+
+def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, Any], set[str]]:
+    """What DCP loads into: ``state``, except that entries saved with the elastic guard get
+    a template of everything saved under them (all saved ranks), built from the metadata."""
+    saved = metadata.state_dict_metadata
+    targets: dict[str, Any] = {}
+    elastic = set()
+    for key, value in state.items():
+        if f"{key}.{ELASTIC_GUARD_KEY}" not in saved:
+            targets[key] = value
+            continue
+        template: dict[str, Any] = {}
+        for fqn, entry in saved.items():
+            path = metadata.planner_data[fqn]
+            if path[0] == key:
+                set_path(template, path, _placeholder(entry))
+        targets[key] = template[key]
+        elastic.add(key)
+    return targets, elastic
+
+
+def load_checkpoint(
+    state: dict[str, Any],
+    url: str,
+    step: int | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    process_group: dist.ProcessGroup | None = None,
+) -> int | None:
+    """Load committed ``step`` (default: the latest) from ``url`` into ``state``; return it.
+
+    Collective. Returns None when ``url`` holds no committed step (first start), so a
+    training script can call it unconditionally; an explicit ``step`` that is not committed
+    raises :class:`CheckpointNotFoundError`. Entries whose saved state carries the elastic
+    guard (the data loader) receive every saved rank's entries, whatever the world size
+    then and now. Nothing in the checkpoint is executed (G8): ``.metadata`` admits only
+    DCP's types, stored values only plain data.
+    """
+    step = None if step is None else checked_int("step", step, 0)
+    loc = resolve(checked_url(url), storage_options)
+    wait_for_previous_save()
+    require_same_location(loc, process_group, "load a checkpoint")
+    chosen = on_rank0(process_group, lambda: _choose(open_store(loc), step))
+    if chosen is None:
+        return None
+    step, directory, metadata = chosen
+    where = f"step {step} at {loc.url}"
+    targets, elastic = _load_targets(state, metadata)
+    reader = BoundedReader(loc, directory, metadata, where)
+    dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
+              planner=SafeLoadPlanner(where), process_group=process_group)
+    for key, value in state.items():
+        if key in elastic and isinstance(value, Stateful):
+            value.load_state_dict(targets[key])
+        elif not isinstance(value, Stateful):
+            state[key] = targets[key]
+    return step
+
+
+def read_loader_states(
+    url: str,
+    step: int | None = None,
+    *,
+    key: str = "loader",
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """The loader state saved under ``key`` at committed ``step`` (default: the latest), with
+    every saved rank's entries merged; read in this process alone, no process group needed.
+    Returns ``(step, state)``; the state feeds ``dist_resume.state.decode`` or ``plan_resume``.
+    Loads plain data only (G8)."""
+    step = None if step is None else checked_int("step", step, 0)
+    loc = resolve(checked_url(url), storage_options)
+    chosen = _choose(open_store(loc), step)
+    if chosen is None:
+        raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
+    step, directory, metadata = chosen
+    where = f"step {step} at {loc.url}"
+    if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
+        raise CheckpointError(f"{where} holds no data loader state under {key!r}")
+    targets, _ = _load_targets({key: None}, metadata)
+    reader = BoundedReader(loc, directory, metadata, where)
+    dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
+              planner=SafeLoadPlanner(where), no_dist=True)
+    return step, targets[key]
+
+
+def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
+    """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored,
+    a location that holds something else than checkpoints is refused (as by load_checkpoint)."""
+    store = open_store(resolve(checked_url(url), storage_options))
+    steps = committed_steps(store)
+    if not steps:
+        refuse_misplaced(store)
+    infos = []
+    for step, directory in sorted(steps.items()):
+        marker, _ = read_commit(store, step, directory)
+        infos.append(CheckpointInfo(step=step, committed_at=marker["committed_at"],
+                                    world_size=marker["world_size"], size_bytes=store.tree_size(directory),
+                                    url=store.loc.url_of(directory)))
+    return infos

@@ -1,0 +1,78 @@
+"""``save_checkpoint``: atomic, sharded DCP saves at any fsspec URL (G7, G9).
+
+Each save writes DCP's files into a directory of its own; once every rank's files are
+stored, rank 0 commits the step by creating its ``.committed`` marker if no other save did
+(see ``commit``). Only committed steps exist for loading and listing.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from dist_resume.arguments import checked_flag, checked_int, checked_url
+from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
+from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0
+from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.rank_agreement import require_same_location
+from dist_resume.storage import CheckpointStore, CheckpointWriter, open_store, resolve
+
+
+def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
+            group: dist.ProcessGroup | None) -> None:
+    world_size = dist.get_world_size(group) if distributed() else 1
+    if distributed():
+        dist.barrier(group=group)  # every rank's data is stored
+    on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+
+
+def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,
+                  group: dist.ProcessGroup | None, where: str) -> int:
+    dcp_call(store.loc, "saving", where, upload.result)
+    _finish(store, step, attempt, keep, group)
+    return step
+
+
+def save_checkpoint(
+    state: dict[str, Any],
+    url: str,
+    step: int,
+    *,
+    keep: int | None = None,
+    async_save: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    process_group: dist.ProcessGroup | None = None,
+) -> SaveHandle | None:
+    """Save ``state`` (a DCP state dict; Stateful entries welcome) as ``step`` under ``url``.
+
+    Collective: every rank of ``process_group`` calls it. The step is written to a new
+    directory and committed only after every rank's data and DCP's ``.metadata`` are
+    stored; a crash at any point leaves the previous committed step loadable (G7). A
+    committed step is never overwritten (:class:`CheckpointExistsError`). With ``keep=K``,
+    older committed steps beyond the newest K are deleted after the commit.
+
+    With ``async_save=True`` the state is copied to memory, written in the background over
+    a gloo group of its own, and a :class:`SaveHandle` is returned; a new save first waits
+    for the previous one.
+    """
+    step = checked_int("step", step, 0)
+    keep = None if keep is None else checked_int("keep", keep, 1)
+    async_save = checked_flag("async_save", async_save)
+    loc = resolve(checked_url(url), storage_options)
+    store = open_store(loc)
+    wait_for_previous_save()
+    group = checkpoint_group(process_group) if async_save else process_group
+    require_same_location(loc, group, f"save step {step}")
+    where = f"step {step} at {loc.url}"
+    attempt = on_rank0(group, lambda: prepare_attempt(store, step))
+    writer = CheckpointWriter(loc, attempt)
+    if not async_save:
+        dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
+        _finish(store, step, attempt, keep, group)
+        return None
+    upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
+                       process_group=group)
+    return start(step, _finish_async, upload, store, step, attempt, keep, group, where)

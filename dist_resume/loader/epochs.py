@@ -1,0 +1,79 @@
+"""Which epoch a `ResumableDataLoader` serves next, and what starting one resets."""
+
+from __future__ import annotations
+
+import warnings
+
+from dist_resume.loader.progress import Progress
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.streams.sharded import ShardedStream
+
+
+class EpochChoice:
+    """The epoch methods of `ResumableDataLoader` (a mixin over the loader's position:
+    `_progress`, `_plan_values`, `_dataset_length`, `_resume_pending`, `_generation`)."""
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next `iter()` serves: the one in progress, the next once the last
+        batch of the current one was consumed, or a loaded state's (a finished one's pass
+        yields no batches)."""
+        return self._next_progress().epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Serve `epoch` at the next `iter()` (like `DistributedSampler.set_epoch`). The
+        epoch in progress keeps its position, so a resumed loop may call it unconditionally."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._forward_epoch(epoch)
+        progress = self._progress
+        if epoch == progress.epoch and (self._resume_pending or not progress.started):
+            progress.chosen = True  # a loaded state's position, even the end of the epoch
+            return
+        if progress.batches and not progress.finished and epoch != progress.epoch:
+            warnings.warn(
+                f"ResumableDataLoader.set_epoch({epoch}) abandons epoch {progress.epoch} after "
+                f"{progress.batches} batches; its remaining samples are skipped",
+                stacklevel=2,
+            )
+        self._switch_epoch(epoch)
+        self._progress.chosen = True
+
+    def _plan_for(self, epoch: int) -> Plan:
+        values = self._plan_values
+        if values and values[0] == epoch:
+            return Plan.decode(values, self._dataset_length, self._mode, epoch)
+        return Plan(self._dataset_length, self._mode, epoch)
+
+    def _current_length(self) -> int:
+        # Read at the start of every pass: a dataset may grow between epochs.
+        return self._stream.length if self._stream is not None else len(self.dataset)
+
+    def _switch_epoch(self, epoch: int) -> None:
+        self._resume_pending = False
+        self._dataset_length = self._current_length()
+        self._progress = Progress(epoch, self._plan_for(epoch))
+        self._sampler_snapshot = None
+        self._sampler_rng.reset()
+        if self._stream is not None:
+            self._stream.start_epoch()
+        self._generation += 1
+
+    def _next_progress(self) -> Progress:
+        progress = self._progress
+        if self._resume_pending or progress.chosen:
+            return progress
+        if progress.finished:
+            epoch = progress.epoch + 1
+        elif not progress.started:
+            epoch = progress.epoch
+        else:
+            return progress  # the epoch in progress (a new iter() would start the next one)
+        length = self._current_length()
+        return Progress(epoch, self._plan_for(epoch) if length == self._dataset_length else Plan(length, self._mode, epoch))
+
+    def _forward_epoch(self, epoch: int) -> None:
+        for target in (self.dataset, self._user_sampler):
+            set_epoch = getattr(target, "set_epoch", None)
+            if callable(set_epoch) and not isinstance(target, ShardedStream):
+                set_epoch(epoch)

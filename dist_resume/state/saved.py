@@ -1,0 +1,187 @@
+"""A loaded loader state dict, decoded and checked: every rank entry it holds, their
+agreement with each other, and with the loader that continues them (G5, G6). A field that
+does not fit is one ResumeStateError naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dist_resume.state.fields import (
+    MAX_WORLD_SIZE,
+    PLAN_KEY,
+    PROGRESS_KEY,
+    RANK_PREFIX,
+    SAMPLER_KEY,
+    Identity,
+    RankState,
+    ResumeStateError,
+    Sampling,
+    plan_digest,
+)
+
+
+@dataclass
+class SavedStates:
+    """Every rank entry found in a loaded state dict, checked against each other."""
+
+    ranks: dict[int, RankState]
+    plan_values: list[int]
+    sampler_states: dict[int, Any]
+
+    @property
+    def any(self) -> RankState:
+        return next(iter(self.ranks.values()))
+
+    @property
+    def complete(self) -> bool:
+        return len(self.ranks) == self.any.world_size
+
+    def require_complete(self, why: str) -> None:
+        world_size = self.any.world_size
+        missing = sorted(set(range(world_size)) - set(self.ranks))
+        if missing:
+            raise ResumeStateError(
+                f"loader state holds ranks {sorted(self.ranks)} of a world of {world_size}, "
+                f"ranks {missing} are missing: {why} needs every rank's state "
+                "(use dist_resume.load_checkpoint, or merge the state_dict() of every rank)"
+            )
+
+    def one_epoch(self, resuming: str, saved_layout: str, changed: str) -> int:
+        """The epoch every saved rank stopped in; a re-partitioning resume (`resuming` at
+        another `changed` than `saved_layout`) needs every rank's state, all in one epoch."""
+        self.require_complete(f"resuming {resuming} (saved: {saved_layout})")
+        epochs = {state.epoch for state in self.ranks.values()}
+        if len(epochs) > 1:
+            where = ", ".join(f"rank {r} in epoch {s.epoch}" for r, s in sorted(self.ranks.items()))
+            raise ResumeStateError(
+                f"saved ranks stopped in different epochs ({where}); a resume at another {changed} needs "
+                f"them in one epoch: resume at {saved_layout} until the epoch ends"
+            )
+        return epochs.pop()
+
+    def check_identity(self, identity: Identity) -> None:
+        """G6: a state for another dataset, seed, shuffle or sharding mode is refused."""
+        saved = self.any.identity
+        if saved.dataset_length != identity.dataset_length:
+            raise ResumeStateError(
+                f"loader state was saved for a dataset of {saved.dataset_length} samples; "
+                f"this loader's dataset has {identity.dataset_length}"
+            )
+        if saved.seed != identity.seed:
+            raise ResumeStateError(f"loader state was saved with seed {saved.seed}; this loader has seed {identity.seed}")
+        if saved.shuffle != identity.shuffle:
+            raise ResumeStateError(
+                f"loader state was saved with shuffle={saved.shuffle}; this loader has shuffle={identity.shuffle}"
+            )
+        if (saved.drop_last, saved.even_batches) != (identity.drop_last, identity.even_batches):
+            raise ResumeStateError(
+                f"loader state was saved with {saved.describe_mode()}; this loader has {identity.describe_mode()}"
+            )
+        if saved.sampling != identity.sampling:
+            raise ResumeStateError(
+                f"loader state was saved with sampling by {_SAMPLING_WORDS[saved.sampling]}; "
+                f"this loader samples by {_SAMPLING_WORDS[identity.sampling]}"
+            )
+        if saved.dataset_digest != identity.dataset_digest:
+            raise ResumeStateError(
+                f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
+                f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
+            )
+
+
+_SAMPLING_WORDS = {
+    Sampling.EPOCH_ORDER: "the loader's own epoch order",
+    Sampling.SAMPLER: "a custom sampler",
+    Sampling.BATCH_SAMPLER: "a custom batch_sampler",
+    Sampling.STREAM: "an IterableDataset's streams",
+}
+
+# Fields on which every rank entry of one save must agree.
+_SHARED_FIELDS = (
+    "dataset_length",
+    "seed",
+    "shuffle",
+    "drop_last",
+    "even_batches",
+    "sampling",
+    "dataset_digest",
+    "world_size",
+    "batch_size",
+    "global_batch",
+)
+
+
+def decode(state_dict: Mapping[str, Any]) -> SavedStates:
+    """The rank entries of a loader state dict (one rank's, or several ranks' merged)."""
+    if not isinstance(state_dict, Mapping):
+        raise ResumeStateError(f"loader state must be a mapping, got {type(state_dict).__name__}")
+    ranks: dict[int, RankState] = {}
+    samplers: dict[int, Any] = {}
+    for key, entry in state_dict.items():
+        if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
+            continue
+        number = key[len(RANK_PREFIX) :]
+        if not number.isdigit():
+            raise ResumeStateError(f"loader state has a malformed rank key {key!r}")
+        if not isinstance(entry, Mapping) or PROGRESS_KEY not in entry:
+            raise ResumeStateError(f"loader state entry {key!r} has no {PROGRESS_KEY!r} tensor")
+        state = RankState.from_tensor(entry[PROGRESS_KEY], key)
+        if state.rank != int(number):
+            raise ResumeStateError(f"loader state entry {key!r} says it belongs to rank {state.rank}")
+        ranks[state.rank] = state
+        if SAMPLER_KEY in entry:
+            samplers[state.rank] = entry[SAMPLER_KEY]
+    if not ranks:
+        raise ResumeStateError("loader state has no rank entries (expected keys like 'rank_0')")
+    plan = state_dict.get(PLAN_KEY)
+    if not isinstance(plan, torch.Tensor) or plan.dtype != torch.int64 or plan.dim() != 1:
+        raise ResumeStateError(f"loader state has no 1-D int64 {PLAN_KEY!r} tensor")
+    plan_values = plan.tolist()
+    first_rank = min(ranks)
+    first = ranks[first_rank]
+    for rank in sorted(ranks):
+        state = ranks[rank]
+        for name in _SHARED_FIELDS:
+            if getattr(state, name) != getattr(first, name):
+                raise ResumeStateError(
+                    f"loader state entries disagree: rank {rank} has {name}={getattr(state, name)}, "
+                    f"rank {first_rank} has {name}={getattr(first, name)}"
+                )
+        _check_counts(state)
+    # The plan is fixed for the life of a job (set when it loads), so every rank of one
+    # save recorded the same digest, whatever epoch it has reached.
+    loaded_digest = plan_digest(plan_values)
+    for rank, state in sorted(ranks.items()):
+        if state.plan_digest != loaded_digest:
+            raise ResumeStateError(
+                f"loader state's {PLAN_KEY!r} does not match the digest rank {rank} recorded "
+                "(entries from different saves mixed?)"
+            )
+    return SavedStates(ranks, plan_values, samplers)
+
+
+def _check_counts(state: RankState) -> None:
+    problems = []
+    if state.world_size > MAX_WORLD_SIZE:
+        problems.append(f"world size {state.world_size} above the supported {MAX_WORLD_SIZE}")
+    elif not 0 <= state.rank < state.world_size:
+        problems.append(f"rank {state.rank} outside world size {state.world_size}")
+    if state.batch_size < 1:
+        problems.append(f"batch size {state.batch_size}")
+    if state.global_batch != state.world_size * state.batch_size:
+        problems.append(f"global batch {state.global_batch} != {state.world_size} x {state.batch_size}")
+    if state.dataset_length < 0 or state.epoch < 0:
+        problems.append(f"dataset length {state.dataset_length}, epoch {state.epoch}")
+    if not 0 <= state.batches_consumed <= state.samples_consumed or state.samples_consumed < 0:
+        problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
+    if not 0 <= state.seed:
+        problems.append(f"seed {state.seed}")
+    for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
+        if getattr(state, flag) not in (0, 1):
+            problems.append(f"{flag} {getattr(state, flag)}")
+    if problems:
+        raise ResumeStateError(f"loader state of rank {state.rank} is impossible: " + "; ".join(problems))
