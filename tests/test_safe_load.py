@@ -18,6 +18,7 @@ from dist_resume.checkpoint.load import load_checkpoint
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
 from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.errors import UnsafeCheckpointError
+from tests.hostile_files import run_fenced
 from tests.layout import committed_dir
 
 
@@ -116,3 +117,30 @@ def test_enum_members_pickled_by_name_are_admitted_and_nothing_else_is(tmp_path:
         unpickle_metadata(pickle.dumps(_Getattr(os.system, "__call__")), "x")
     with pytest.raises(UnsafeCheckpointError, match=r"^refused to load x: getattr\(<class 'pathlib.PosixPath'>, 'cwd'\) is not allowed"):
         unpickle_metadata(pickle.dumps(_Getattr(pathlib.PosixPath, "cwd")), "x")
+
+
+@pytest.mark.parametrize("name", ["_inductor", "_dynamo", "onnx"])
+@pytest.mark.parametrize("reader", ["unpickle_metadata", "load_stored"])
+def test_a_refused_torch_name_is_never_imported(reader: str, name: str) -> None:
+    """torch imports some submodules lazily on attribute access: refusing ``torch.<name>``
+    must not look it up there (``torch._inductor`` is 198 modules, with code of its own)."""
+    payload = b"\x80\x02ctorch\n" + name.encode() + b"\n."
+    script = f"""
+import sys
+from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
+from dist_resume.checkpoint.stored_values import load_stored
+from tests.hostile_files import archive
+data = {payload!r} if {reader!r} == "unpickle_metadata" else archive({payload!r})
+before = set(sys.modules)
+try:
+    {reader}(data, "crafted")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+print("imported:", sorted(m for m in set(sys.modules) - before if m.startswith("torch.{name}")))
+"""
+    result = run_fenced("-c", script)
+    refusal = {"unpickle_metadata": f"refused to load crafted: global 'torch.{name}' is not allowed; "
+                                    "only DCP metadata types and plain data are",
+               "load_stored": f"refused to load crafted: it is not plain data (global 'torch.{name}' is not allowed)"}
+    assert result.stdout.splitlines() == [f"UnsafeCheckpointError {refusal[reader]}", "imported: []"], \
+        result.stderr[-2000:]

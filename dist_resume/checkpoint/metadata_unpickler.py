@@ -10,9 +10,9 @@ import io
 import pickle
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
 
+from dist_resume.checkpoint.torch_names import dtype_named
 from dist_resume.errors import UnsafeCheckpointError
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
@@ -44,10 +44,10 @@ class _MetadataUnpickler(pickle.Unpickler):
         # getattr(its class, its name): admit exactly that, for DCP's own enum.
         if (module, name) == ("builtins", "getattr"):
             return _enum_member
-        # dtypes pickle as torch.<name>; torch is imported already, so looking the name
-        # up runs nothing (an unknown module is never imported).
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
+        # dtypes pickle as torch.<name> (an unknown module is never imported)
+        dtype = dtype_named(name) if module == "torch" else None
+        if dtype is not None:
+            return dtype
         raise UnsafeCheckpointError(f"global '{module}.{name}' is not allowed")
 
 

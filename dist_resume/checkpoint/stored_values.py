@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import ReadItem
 
 from dist_resume.checkpoint.nested import set_path
+from dist_resume.checkpoint.torch_names import dtype_named
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 
 _MAX_DIMS = 64
@@ -118,12 +119,11 @@ _STORED_GLOBALS: dict[tuple[str, str], Any] = {
 
 
 def _torch_name(name: str) -> Any:
-    """A dtype or a storage type named in ``torch``'s namespace, or None. torch is imported
-    already: looking a name up there runs nothing."""
+    """A dtype or a storage type named in ``torch``'s namespace, or None (looked up without
+    running anything)."""
     if name in _STORAGE_TYPES:
         return _STORAGE_TYPES[name]
-    value = getattr(torch, name, None) if not name.startswith("_") else None
-    return value if isinstance(value, torch.dtype) else None
+    return dtype_named(name)
 
 
 class _View(io.RawIOBase):
