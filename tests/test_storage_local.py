@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import re
+import traceback
 from collections.abc import Iterator
 
 import fsspec
@@ -124,6 +125,29 @@ def test_urls_and_messages_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None
     assert loc.redact(text) == "failed *** *** *** at sftp://***@host/x"
     error = loc.error("read", loc.join("a"), OSError(errno.EIO, "boom pw-value"))
     assert str(error) == "cannot read memory://run/a: storage error (OSError: [Errno 5] boom ***)"
+
+
+@pytest.mark.parametrize("call", ["resolve", "save_checkpoint", "load_checkpoint", "list_checkpoints"])
+def test_secrets_stay_out_of_tracebacks_that_capture_locals(monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    """G9: error reports that print every frame's locals (pytest --showlocals, rich, Sentry)
+    show no secret from the environment, nor the values of secret options in our frames."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "env-session-token")
+    options = {"client_kwargs": {"aws_session_token": "nested-token"}, "password": "pw-value"}
+    calls = {
+        "resolve": lambda: resolve("nosuchproto://x", options),
+        "save_checkpoint": lambda: save_checkpoint({"w": torch.ones(1)}, "nosuchproto://x", 1, storage_options=options),
+        "load_checkpoint": lambda: load_checkpoint({}, "nosuchproto://x", storage_options=options),
+        "list_checkpoints": lambda: list_checkpoints("nosuchproto://x", options),
+    }
+    with pytest.raises(CheckpointError) as caught:
+        calls[call]()
+    frames = traceback.TracebackException.from_exception(caught.value, capture_locals=True).stack
+    ours = [frame for frame in frames if "/dist_resume/" in frame.filename]
+    assert ours, "the error was raised outside dist_resume"
+    shown = "\n".join(f"{name}={value}" for frame in ours for name, value in (frame.locals or {}).items())
+    for secret in ("env-secret-value", "env-session-token", "nested-token", "pw-value"):
+        assert secret not in shown
 
 
 def test_bad_url_is_a_clear_error() -> None:

@@ -25,7 +25,7 @@ from dist_resume.checkpoint.step_dirs import committed_steps, read_commit, refus
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY
-from dist_resume.storage import CheckpointStore, open_store, resolve
+from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,7 @@ def load_checkpoint(
     then and now. Nothing in the checkpoint is executed (G8): ``.metadata`` admits only
     DCP's types, stored values only plain data.
     """
+    storage_options = guarded(storage_options)  # secrets never shown in captured locals
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
     wait_for_previous_save()
@@ -131,8 +132,9 @@ def read_loader_states(
 ) -> tuple[int, dict[str, Any]]:
     """The loader state saved under ``key`` at committed ``step`` (default: the latest), with
     every saved rank's entries merged; read in this process alone, no process group needed.
-    Returns ``(step, state)``; the state feeds ``dist_resume.state.decode`` or ``plan_resume``.
+    Returns ``(step, state)``; the state feeds ``dist_resume.state.saved.decode`` or ``plan_resume``.
     Loads plain data only (G8)."""
+    storage_options = guarded(storage_options)  # secrets never shown in captured locals
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
     chosen = _choose(open_store(loc), step)
@@ -152,6 +154,7 @@ def read_loader_states(
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
     """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored,
     a location that holds something else than checkpoints is refused (as by load_checkpoint)."""
+    storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
     steps = committed_steps(store)
     if not steps:

@@ -18,7 +18,7 @@ from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previ
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.rank_agreement import require_same_location
-from dist_resume.storage import CheckpointStore, CheckpointWriter, open_store, resolve
+from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
 
 
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
@@ -58,6 +58,7 @@ def save_checkpoint(
     a gloo group of its own, and a :class:`SaveHandle` is returned; a new save first waits
     for the previous one.
     """
+    storage_options = guarded(storage_options)  # secrets never shown in captured locals
     step = checked_int("step", step, 0)
     keep = None if keep is None else checked_int("keep", keep, 1)
     async_save = checked_flag("async_save", async_save)

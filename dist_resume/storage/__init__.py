@@ -5,9 +5,9 @@ imports `errors` only."""
 
 from dist_resume.storage.backends import open_store
 from dist_resume.storage.dcp_files import CheckpointWriter
-from dist_resume.storage.location import Location, redact_url, resolve
+from dist_resume.storage.location import Location, guarded, redact_url, resolve
 from dist_resume.storage.retries import RETRY_ATTEMPTS, is_transient, retry
 from dist_resume.storage.store import DIRECTORY, FILE, LINK, CheckpointStore, Entry
 
 __all__ = ["DIRECTORY", "FILE", "LINK", "RETRY_ATTEMPTS", "CheckpointStore", "CheckpointWriter", "Entry",
-           "Location", "is_transient", "open_store", "redact_url", "resolve", "retry"]
+           "Location", "guarded", "is_transient", "open_store", "redact_url", "resolve", "retry"]

@@ -44,6 +44,38 @@ def _secret_values(options: dict[str, Any]) -> list[str]:
     return found
 
 
+def _masked(options: dict[str, Any]) -> dict[str, Any]:
+    return {name: _masked(value) if isinstance(value, dict) else
+            "***" if isinstance(value, str) and value and _SECRET_OPTION.search(name) else value
+            for name, value in options.items()}
+
+
+class Secrets(tuple):
+    """Secret values, kept to mask them in messages; their repr (what tracebacks that
+    capture locals print) shows none of them."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} secret values>"
+
+    def mask(self, text: str) -> str:
+        """``text`` with every secret value replaced by ``***``."""
+        for secret in self:
+            text = text.replace(secret, "***")
+        return text
+
+
+class StorageOptions(dict):
+    """fsspec options whose repr masks the values of secret options (key, token, password...)."""
+
+    def __repr__(self) -> str:
+        return repr(_masked(self))
+
+
+def guarded(options: dict[str, Any] | None) -> StorageOptions:
+    """``options`` (a caller's ``storage_options``) as a copy that never shows its secrets."""
+    return StorageOptions(options or {})
+
+
 @dataclass(frozen=True)
 class Location:
     """A checkpoint URL resolved to an fsspec filesystem and a path inside it."""
@@ -51,7 +83,7 @@ class Location:
     fs: fsspec.AbstractFileSystem = field(repr=False)
     root: str
     url: str  # redacted: safe to print
-    secrets: tuple[str, ...] = field(repr=False)
+    secrets: Secrets = field(repr=False)
 
     def __repr__(self) -> str:  # tracebacks that record locals must not show secrets
         return f"Location({self.url!r})"
@@ -69,9 +101,7 @@ class Location:
 
     def redact(self, text: str) -> str:
         """``text`` with secret values masked and URL credentials removed."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return _URL_USERINFO.sub(r"\g<scheme>***@", text)
+        return _URL_USERINFO.sub(r"\g<scheme>***@", self.secrets.mask(text))
 
     def error(self, action: str, path: str, exc: BaseException) -> StorageError:
         """A one-line StorageError for ``action`` on ``path`` that failed with ``exc``."""
@@ -90,9 +120,10 @@ class Location:
 def resolve(url: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Location:
     """Resolve a local path, ``file://``, ``s3://`` or any fsspec URL. A URL that names no
     path, or that carries credentials (they would reach logs), is refused."""
-    options = dict(storage_options or {})
+    options = guarded(storage_options)
+    del storage_options  # a traceback that captures locals shows the guarded copy only
     text = os.fspath(url)
-    secrets = tuple(_secret_values(options) + [v for k in _SECRET_ENV if (v := os.environ.get(k))])
+    secrets = Secrets(_secret_values(options) + [os.environ[name] for name in _SECRET_ENV if os.environ.get(name)])
     printable = redact_url(text)
     if not text:  # fsspec reads "" as the current directory: an unset variable must not mean "here"
         raise StorageError("cannot open storage for '': the checkpoint URL is empty")
@@ -111,8 +142,5 @@ def resolve(url: str | os.PathLike, storage_options: dict[str, Any] | None = Non
         if protocol in S3_PROTOCOLS:
             fs.retries = 1  # s3fs's own retry loop (a class attribute, not an option)
     except (ValueError, ImportError, TypeError) as exc:
-        message = str(exc)
-        for secret in secrets:
-            message = message.replace(secret, "***")
-        raise StorageError(f"cannot open storage for {printable}: {message}") from None
+        raise StorageError(f"cannot open storage for {printable}: {secrets.mask(str(exc))}") from None
     return Location(fs=fs, root=root.rstrip("/") or root, url=printable, secrets=secrets)

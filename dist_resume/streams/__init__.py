@@ -1,6 +1,6 @@
 """IterableDatasets in `ResumableDataLoader`: the elastic `ShardedStream`, the per-worker
 readers and the main-process cursor that resumes any stream exactly where its last yielded
-batch left off, and the checks of a saved stream state. Imports `workers`, `state`,
+batch left off, and the checks of a saved stream state. Imports `workers`, `state`, `storage`,
 `randomness` and `arguments`; never the loader, which drives it."""
 
 from dist_resume.streams.sharded import ShardedStream

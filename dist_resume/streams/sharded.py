@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from dist_resume.arguments import checked_int
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import ResumeStateError
+from dist_resume.storage import guarded
 
 # Yielded by `slot_items` after a shard's last item: the shard is finished.
 SHARD_END = object()
@@ -65,7 +66,7 @@ class ShardedStream(IterableDataset):
         self.shuffle = shuffle
         self.window = window
         self.seed = seed
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = guarded(storage_options)  # its repr shows no secret
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
