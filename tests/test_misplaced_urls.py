@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from dist_resume import list_checkpoints, load_checkpoint, read_loader_states, save_checkpoint
-from dist_resume.errors import CheckpointError, StorageError
+from dist_resume import ResumableDataLoader, list_checkpoints, load_checkpoint, read_loader_states, save_checkpoint
+from dist_resume.checkpoint.bounded_reader import BoundedReader
+from dist_resume.errors import CheckpointError, CheckpointNotFoundError, StorageError
 from tests.layout import committed_dir
 
 
@@ -112,3 +115,42 @@ def test_urls_are_names_not_patterns_locally(tmp_path: Path, name: str, sibling:
     state = {"w": torch.zeros(2)}
     assert load_checkpoint(state, str(ours)) == 3 and torch.equal(state["w"], torch.full((2,), 3.0))
     assert load_checkpoint(state, str(theirs)) == 2 and torch.equal(state["w"], torch.full((2,), 12.0))
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_saving_into_a_step_that_is_not_a_directory_writes_nothing(tmp_path: Path, kind: str) -> None:
+    """A step directory that is a link (or a file) is refused before anything is written:
+    a save through the link would write an attempt into its target, outside the run."""
+    elsewhere, run = tmp_path / "elsewhere", tmp_path / "run"
+    elsewhere.mkdir()
+    _save(run, 1, 1.0)
+    if kind == "link":
+        (run / "step_00000002").symlink_to(elsewhere)
+    else:
+        (run / "step_00000002").write_bytes(b"not a step")
+    what = "a symbolic link" if kind == "link" else "not a directory"
+    message = f"{run}/step_00000002 is {what}; step directories must be directories written by save_checkpoint"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        save_checkpoint({"w": torch.ones(2)}, str(run), 2)
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(path.name for path in run.iterdir()) == ["step_00000001", "step_00000002"]
+
+
+def test_a_step_pruned_while_it_loads_is_reported_as_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another job's save with keep= may delete the step this process chose to load, between
+    choosing it and reading its files: that is said as such, not as damage."""
+    run = tmp_path / "run"
+    read_data = BoundedReader.read_data
+
+    def pruned_first(self: BoundedReader, plan: Any, planner: Any) -> Any:
+        shutil.rmtree(run / "step_00000001")  # what _prune of a concurrent save does
+        return read_data(self, plan, planner)
+
+    monkeypatch.setattr(BoundedReader, "read_data", pruned_first)
+    message = (f"step 1 at {run} was removed while it was being loaded (a save with keep= pruned it?); "
+               "load again to take the newest committed step")
+    for call in (lambda: load_checkpoint({"loader": ResumableDataLoader(list(range(4)))}, str(run)),
+                 lambda: read_loader_states(str(run))):
+        save_checkpoint({"loader": ResumableDataLoader(list(range(4)))}, str(run), 1)
+        with pytest.raises(CheckpointNotFoundError, match=f"^{re.escape(message)}$"):
+            call()

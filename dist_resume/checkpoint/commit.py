@@ -13,7 +13,7 @@ from importlib import metadata as package_metadata
 import torch
 
 from dist_resume.checkpoint.metadata_checks import read_metadata
-from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, step_dir
+from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, require_directory, step_dir
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
 from dist_resume.storage import CheckpointStore
 
@@ -22,11 +22,13 @@ def prepare_attempt(store: CheckpointStore, step: int) -> str:
     """Refuse a committed step; return a new directory for this save's files, where no
     other save (another job on the same URL) writes. Nothing is deleted here."""
     store.require_container("save to")
-    if store.exists(posixpath.join(step_dir(store, step), MARKER)):
+    directory = step_dir(store, step)
+    require_directory(store, directory, store.kind(directory))
+    if store.exists(posixpath.join(directory, MARKER)):
         raise CheckpointExistsError(
             f"step {step} is already committed at {store.loc.url}; a committed checkpoint is never overwritten"
         )
-    return posixpath.join(step_dir(store, step), f"attempt_{uuid.uuid4().hex}")
+    return posixpath.join(directory, f"attempt_{uuid.uuid4().hex}")
 
 
 def _version() -> str | None:

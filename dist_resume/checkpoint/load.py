@@ -5,6 +5,9 @@ committed step; nothing in a checkpoint is executed (G8).
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +24,9 @@ from dist_resume.checkpoint.collectives import dcp_call, on_rank0
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_same_location
-from dist_resume.checkpoint.step_dirs import committed_steps, read_commit, refuse_misplaced
+from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, read_commit, refuse_misplaced, step_dir
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
-from dist_resume.errors import CheckpointError, CheckpointNotFoundError
+from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
@@ -54,8 +57,34 @@ def _choose(store: CheckpointStore, step: int | None) -> tuple[int, str, Metadat
         raise CheckpointNotFoundError(
             f"step {step} is not committed at {store.loc.url} (committed steps: {committed})"
         )
-    _, directory = read_commit(store, step, steps[step])
-    return step, directory, read_metadata(store.loc, directory, f"step {step} at {store.loc.url}")
+    with _pruned_is_not_damage(store, step):
+        _, directory = read_commit(store, step, steps[step])
+        return step, directory, read_metadata(store.loc, directory, f"step {step} at {store.loc.url}")
+
+
+@contextmanager
+def _pruned_is_not_damage(store: CheckpointStore, step: int) -> Iterator[None]:
+    """Files of ``step`` that vanish while it loads are damage only if the step is still
+    committed; else another job's save pruned it (``keep=``), and the caller is told so."""
+    try:
+        yield
+    except CheckpointCorruptError:
+        if store.exists(posixpath.join(step_dir(store, step), MARKER)):
+            raise
+        raise CheckpointNotFoundError(
+            f"step {step} at {store.loc.url} was removed while it was being loaded (a save with keep= pruned "
+            "it?); load again to take the newest committed step"
+        ) from None
+
+
+def _read(store: CheckpointStore, step: int, directory: str, metadata: Metadata, targets: dict[str, Any],
+          **dcp_options: Any) -> None:
+    """Load ``targets`` from the checked step in ``directory``, plain data only (G8)."""
+    where = f"step {step} at {store.loc.url}"
+    reader = BoundedReader(store.loc, directory, metadata, where)
+    with _pruned_is_not_damage(store, step):
+        dcp_call(store.loc, "loading", where, dcp.load, targets, storage_reader=reader,
+                 planner=SafeLoadPlanner(where), **dcp_options)
 
 
 def _placeholder(entry: Any) -> torch.Tensor | None:
@@ -106,15 +135,13 @@ def load_checkpoint(
     loc = resolve(checked_url(url), storage_options)
     wait_for_previous_save()
     require_same_location(loc, process_group, "load a checkpoint")
-    chosen = on_rank0(process_group, lambda: _choose(open_store(loc), step))
+    store = open_store(loc)
+    chosen = on_rank0(process_group, lambda: _choose(store, step))
     if chosen is None:
         return None
     step, directory, metadata = chosen
-    where = f"step {step} at {loc.url}"
     targets, elastic = _load_targets(state, metadata)
-    reader = BoundedReader(loc, directory, metadata, where)
-    dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
-              planner=SafeLoadPlanner(where), process_group=process_group)
+    _read(store, step, directory, metadata, targets, process_group=process_group)
     for key, value in state.items():
         if key in elastic and isinstance(value, Stateful):
             value.load_state_dict(targets[key])
@@ -137,17 +164,15 @@ def read_loader_states(
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
-    chosen = _choose(open_store(loc), step)
+    store = open_store(loc)
+    chosen = _choose(store, step)
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
     step, directory, metadata = chosen
-    where = f"step {step} at {loc.url}"
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
-        raise CheckpointError(f"{where} holds no data loader state under {key!r}")
+        raise CheckpointError(f"step {step} at {loc.url} holds no data loader state under {key!r}")
     targets, _ = _load_targets({key: None}, metadata)
-    reader = BoundedReader(loc, directory, metadata, where)
-    dcp_call(loc, "loading", where, dcp.load, targets, storage_reader=reader,
-              planner=SafeLoadPlanner(where), no_dist=True)
+    _read(store, step, directory, metadata, targets, no_dist=True)
     return step, targets[key]
 
 

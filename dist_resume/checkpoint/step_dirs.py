@@ -30,6 +30,15 @@ def step_dir(store: CheckpointStore, step: int) -> str:
     return store.loc.join(step_dir_name(step))
 
 
+def require_directory(store: CheckpointStore, directory: str, kind: str | None) -> None:
+    """Refuse a step directory of ``kind`` that is there but is not a directory: a link
+    would lead reads and writes outside the run."""
+    if kind not in (None, DIRECTORY):
+        what = "a symbolic link" if kind == LINK else "not a directory"
+        raise CheckpointError(f"{store.loc.url_of(directory)} is {what}; step directories "
+                              "must be directories written by save_checkpoint")
+
+
 def committed_steps(store: CheckpointStore) -> dict[int, str]:
     """Committed steps at the location and their directories. A step directory that is a
     link or not named as this library names it is refused, never read beside the others."""
@@ -45,11 +54,8 @@ def committed_steps(store: CheckpointStore) -> dict[int, str]:
                 f"{loc.url} holds {entry.name}, which is not how dist-resume names step {step} "
                 f"({step_dir_name(step)}); rename or remove it"
             )
-        if entry.kind != DIRECTORY:
-            what = "a symbolic link" if entry.kind == LINK else "not a directory"
-            raise CheckpointError(f"{loc.url_of(loc.join(entry.name))} is {what}; step directories "
-                                  "must be directories written by save_checkpoint")
         directory = loc.join(entry.name)
+        require_directory(store, directory, entry.kind)
         if store.exists(posixpath.join(directory, MARKER)):
             steps[step] = directory
     return steps
