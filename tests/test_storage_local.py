@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
+import subprocess
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -153,3 +156,33 @@ def test_secrets_stay_out_of_tracebacks_that_capture_locals(monkeypatch: pytest.
 def test_bad_url_is_a_clear_error() -> None:
     with pytest.raises(CheckpointError, match=r"^cannot open storage for nosuchproto://x: "):
         load_checkpoint({}, "nosuchproto://x")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs mounted for the test: a disk that fills up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk needs a tmpfs mount, which needs root")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_says_so_and_keeps_the_last_step(small_disk: Path) -> None:
+    """torch's archive writer reports a failed write as 'unexpected pos': the error names
+    ENOSPC instead, and the last committed step stays the latest (G7)."""
+    run = str(small_disk / "run")
+    save_checkpoint({"w": torch.ones(10)}, run, 1)
+    message = f"saving step 2 at {run} failed on rank(s) [0]: OSError: [Errno 28] No space left on device"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        save_checkpoint({"w": torch.zeros(200_000)}, run, 2)
+    assert [info.step for info in list_checkpoints(run)] == [1]
+    state = {"w": torch.zeros(10)}
+    assert load_checkpoint(state, run) == 1 and torch.equal(state["w"], torch.ones(10))

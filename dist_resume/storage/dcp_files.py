@@ -31,6 +31,38 @@ class _KeepOpen:
         return getattr(self._spool, name)
 
 
+class _WriteErrors:
+    """A stream that remembers the OSError its ``write`` raised: torch's archive writer turns
+    it into an "unexpected pos" enforce failure that no longer says what happened (ENOSPC)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._stream.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _reporting_write_errors(stream: Any) -> Iterator[_WriteErrors]:
+    """``stream`` for torch to write into; a failure after a write failed is that write's
+    OSError (a full disk says ENOSPC), with what torch made of it as the cause."""
+    watched = _WriteErrors(stream)
+    try:
+        yield watched
+    except Exception as exc:
+        if watched.error is None:
+            raise
+        raise watched.error from exc
+
+
 class _RetryingFileSystem(FileSystem):
     """DCP's file operations with retries. Object-store writes are spooled locally and
     uploaded whole, so a transient failure retries the upload rather than failing DCP.
@@ -49,11 +81,12 @@ class _RetryingFileSystem(FileSystem):
             with retry(self.fs.open, path, mode) as stream:
                 yield stream
         elif self._local:
-            with super().create_stream(path, mode) as stream:
-                yield stream
+            with super().create_stream(path, mode) as stream, _reporting_write_errors(stream) as watched:
+                yield watched
         else:
             with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as spool:
-                yield _KeepOpen(spool)
+                with _reporting_write_errors(_KeepOpen(spool)) as watched:
+                    yield watched
                 retry(self._upload, spool, path)
 
     def _upload(self, spool: Any, path: str) -> None:
