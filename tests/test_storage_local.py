@@ -119,7 +119,7 @@ def test_transient_classification() -> None:
 
 
 def test_urls_and_messages_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert redact_url("ftp://user:hunter2@host/ckpt?token=abc#x") == "ftp://host/ckpt"
+    assert redact_url("ftp://user:hunter2@host/ckpt?token=abc#x") == "ftp://host/ckpt?token=***#x"
     assert redact_url("/local/path") == "/local/path"
     assert redact_url("s3://bucket/run") == "s3://bucket/run"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
@@ -186,3 +186,32 @@ def test_a_full_disk_says_so_and_keeps_the_last_step(small_disk: Path) -> None:
     assert [info.step for info in list_checkpoints(run)] == [1]
     state = {"w": torch.zeros(10)}
     assert load_checkpoint(state, run) == 1 and torch.equal(state["w"], torch.ones(10))
+
+
+@pytest.mark.parametrize(("url", "printed"), [
+    ("s3://b/hash#frag/run", "s3://b/hash#frag/run"),
+    ("s3://b/q?x=1/run", "s3://b/q?x=1/run"),
+    ("s3://b/q?sig=abc&x=1", "s3://b/q?sig=***&x=1"),
+    ("file:///tmp/a#b/run", "file:///tmp/a#b/run"),
+    ("/tmp/a#b/run", "/tmp/a#b/run"),
+    ("s3://b/new\nline/run", "s3://b/new\\nline/run"),
+    ("s3://b/tab\there", "s3://b/tab\\there"),
+    ("/tmp/new\nline", "/tmp/new\\nline"),
+])
+def test_a_url_is_printed_as_the_place_it_names(url: str, printed: str) -> None:
+    """fsspec reads '#', '?', newlines and tabs as part of the path: the printed URL keeps
+    them (control characters escaped, so one URL prints on one line), and only credentials
+    and secret query values are masked."""
+    loc = resolve(url)
+    assert loc.url == printed
+    assert loc.url_of(loc.join("step_00000001")) == printed + "/step_00000001"
+
+
+def test_a_run_under_a_url_with_a_fragment_lists_its_own_place(tmp_path: Path) -> None:
+    run = f"file://{tmp_path}/hash#frag/run"
+    save_checkpoint({"w": torch.ones(1)}, run, 1)
+    assert (tmp_path / "hash#frag" / "run" / "step_00000001" / ".committed").is_file()
+    assert [info.url for info in list_checkpoints(run)] == [f"{run}/step_00000001"]
+    message = f"step 1 is already committed at {run}; a committed checkpoint is never overwritten"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        save_checkpoint({"w": torch.ones(1)}, run, 1)

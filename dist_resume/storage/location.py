@@ -25,13 +25,29 @@ _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)[^/@\s]+@")
 
 
+_URL = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]+)://(?P<netloc>[^/?#]*)(?P<rest>.*)", re.DOTALL)
+_QUERY_PARAMETER = re.compile(r"(?P<name>[^?&#=]+)=(?P<value>[^&#]*)")
+# Query parameters that carry credentials: the option names above, Azure SAS's `sig`, keys.
+_SECRET_PARAMETER = re.compile(rf"{_SECRET_OPTION.pattern}|^sig$|key", re.I)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def redact_url(url: str) -> str:
-    """``url`` without user info (credentials) and without query string or fragment."""
-    parts = urlsplit(url)
-    if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive)
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{netloc}{parts.path}"
+    """``url`` as the place it names, safe to print: without user info (credentials), with
+    the values of secret-looking query parameters masked, and control characters escaped.
+    Everything else stays, ``#`` and ``?`` included: fsspec reads them as part of the path."""
+    parts = _URL.fullmatch(url)
+    if parts is not None:
+        rest = parts["rest"]
+        if "?" in rest:
+            path, _, query = rest.partition("?")
+            rest = path + "?" + _QUERY_PARAMETER.sub(_masked_parameter, query)
+        url = f"{parts['scheme']}://{parts['netloc'].rpartition('@')[2]}{rest}"
+    return _CONTROL.sub(lambda char: repr(char.group())[1:-1], url)
+
+
+def _masked_parameter(parameter: re.Match) -> str:
+    return f"{parameter['name']}=***" if _SECRET_PARAMETER.search(parameter["name"]) else parameter.group()
 
 
 def _secret_values(options: dict[str, Any]) -> list[str]:
