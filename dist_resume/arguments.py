@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 
 from dist_resume.storage import redact_url
+
+
+# A scheme (two letters or more: "C:" is a drive) not followed by "//": a valid local path
+# that a careless URL would silently turn into ("s3:/bucket/run" is ./s3:/bucket/run).
+_MALFORMED_SCHEME = re.compile(r"([a-zA-Z][\w+.-]+):(/?)(?!/)(.*)", re.DOTALL)
 
 
 def checked_int(name: str, value: object, minimum: int) -> int:
@@ -45,4 +51,10 @@ def checked_url(value: object) -> str:
         raise ValueError(f"url must name a checkpoint location, got {text!r}")
     if text != text.strip():
         raise ValueError(f"url must not start or end with whitespace, got {text.replace(text.strip(), redact_url(text.strip()))!r}")
+    malformed = _MALFORMED_SCHEME.match(text)
+    if malformed:
+        scheme, slashes, rest = malformed.groups()
+        meant = redact_url(f"{scheme}://{slashes if scheme == 'file' else ''}{rest}")
+        raise ValueError(f"url starts with '{scheme}:{slashes}', not '{scheme}://': did you mean {meant!r}? "
+                         "(a local path whose first part holds a colon must start with './')")
     return text

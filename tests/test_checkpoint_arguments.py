@@ -91,3 +91,32 @@ def test_careless_urls_are_refused_everywhere(url, error, message):
                  lambda: list_checkpoints(url)):
         with pytest.raises(error, match=f"^{re.escape(message)}$"):
             call()
+
+
+@pytest.mark.parametrize("url, message", [
+    ("s3:/bucket/run", "url starts with 's3:/', not 's3://': did you mean 's3://bucket/run'? "
+                       "(a local path whose first part holds a colon must start with './')"),
+    ("s3:bucket/run", "url starts with 's3:', not 's3://': did you mean 's3://bucket/run'? "
+                      "(a local path whose first part holds a colon must start with './')"),
+    ("file:/tmp/run", "url starts with 'file:/', not 'file://': did you mean 'file:///tmp/run'? "
+                      "(a local path whose first part holds a colon must start with './')"),
+    ("s3:/KEY:SECRET@bucket/run", "url starts with 's3:/', not 's3://': did you mean 's3://bucket/run'? "
+                                  "(a local path whose first part holds a colon must start with './')"),
+])
+def test_a_malformed_scheme_is_refused_and_writes_nothing(tmp_path, monkeypatch, url, message):
+    """'s3:/bucket/run' is a valid local path: saved there, a job would write ./s3:/bucket/run
+    on its own disk and never reach the object store."""
+    monkeypatch.chdir(tmp_path)
+    calls = (lambda: save_checkpoint({"w": torch.zeros(2)}, url, 1), lambda: load_checkpoint({}, url),
+             lambda: read_loader_states(url), lambda: list_checkpoints(url))
+    for call in calls:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_path_with_a_colon_is_taken_with_dot_slash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint({"w": torch.ones(2)}, "./s3:/bucket/run", 1)
+    assert (tmp_path / "s3:" / "bucket" / "run" / "step_00000001" / ".committed").is_file()
+    assert [info.step for info in list_checkpoints("./s3:/bucket/run")] == [1]
