@@ -154,3 +154,22 @@ def test_a_step_pruned_while_it_loads_is_reported_as_removed(tmp_path: Path, mon
         save_checkpoint({"loader": ResumableDataLoader(list(range(4)))}, str(run), 1)
         with pytest.raises(CheckpointNotFoundError, match=f"^{re.escape(message)}$"):
             call()
+
+
+def test_a_url_one_or_two_levels_too_high_names_the_run(tmp_path: Path) -> None:
+    """The demo's run folder holds checkpoints/ beside logs/: loading the folder itself
+    must not look like a first start (a silent restart from scratch)."""
+    job = tmp_path / "runs" / "demo-1"
+    (job / "logs").mkdir(parents=True)
+    _save(job / "checkpoints")
+    _refused(str(job), f"{job} holds no committed step, but {job}/checkpoints does: give the URL of the run to load")
+    _save(tmp_path / "runs" / "demo-2" / "checkpoints")
+    _refused(str(tmp_path / "runs"), f"{tmp_path}/runs holds no committed step, but {job}/checkpoints, "
+                                     f"{tmp_path}/runs/demo-2/checkpoints do: give the URL of the run to load")
+
+
+def test_a_run_three_levels_down_or_uncommitted_is_not_looked_for(tmp_path: Path) -> None:
+    _save(tmp_path / "a" / "b" / "c")
+    (tmp_path / "x" / "step_00000001").mkdir(parents=True)  # a save that never committed
+    assert load_checkpoint({"w": torch.zeros(2)}, str(tmp_path)) is None
+    assert list_checkpoints(str(tmp_path)) == []

@@ -97,3 +97,32 @@ def refuse_misplaced(store: CheckpointStore) -> None:
             "save_checkpoint's commit; load it with torch.distributed.checkpoint.load, or give the URL "
             "save_checkpoint wrote to"
         )
+    below = runs_below(store, loc.root)
+    if below:
+        which = ", ".join(loc.url_of(path) for path in below)
+        raise CheckpointError(f"{loc.url} holds no committed step, but {which} "
+                              f"{'does' if len(below) == 1 else 'do'}: give the URL of the run to load")
+
+
+# Directories looked into below a location without steps: a URL one or two levels too high
+# (a job's run folder, the folder of all runs) is found; a deep tree is not walked.
+_DEPTH, _BREADTH = 2, 32
+
+
+def runs_below(store: CheckpointStore, path: str, depth: int = _DEPTH) -> list[str]:
+    """Directories up to ``depth`` levels below ``path`` that hold committed steps (the
+    first ``_BREADTH`` subdirectories of each, by name)."""
+    subdirectories = sorted(entry.name for entry in store.entries(path) if entry.kind == DIRECTORY)
+    found = []
+    for name in subdirectories[:_BREADTH]:
+        below = posixpath.join(path, name)
+        if _holds_committed_steps(store, below):
+            found.append(below)
+        elif depth > 1:
+            found += runs_below(store, below, depth - 1)
+    return found
+
+
+def _holds_committed_steps(store: CheckpointStore, path: str) -> bool:
+    return any(_STEP_DIR.fullmatch(entry.name) and entry.kind == DIRECTORY
+               and store.exists(posixpath.join(path, entry.name, MARKER)) for entry in store.entries(path))
