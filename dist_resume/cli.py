@@ -98,6 +98,7 @@ def _demo(args: argparse.Namespace) -> int:
     from dist_resume.demo.run import (
         DemoConfig,
         DemoError,
+        DemoUsageError,
         default_checkpoint,
         default_workdir,
         run_demo,
@@ -110,6 +111,8 @@ def _demo(args: argparse.Namespace) -> int:
                         timeout=args.timeout)
     try:
         verdict = run_demo(config)
+    except DemoUsageError as exc:
+        raise _Usage(str(exc), "demo") from None
     except (DemoError, JobError) as exc:
         raise _Failure(str(exc)) from None
     return 0 if verdict.passed else 1
@@ -220,6 +223,13 @@ def _table(rows: list[tuple[str, ...]]) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
+class _Usage(Exception):
+    """Options a command cannot run with, found after parsing: exit 2, as argparse's errors."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(f"{message} (see '{PROG} {command} --help')")
+
+
 class _Failure(Exception):
     """A command's failure, reported as one line."""
 
@@ -233,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     try:
         return _COMMANDS[args.command](args)
+    except _Usage as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     except (_Failure, CheckpointError, ResumeStateError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1

@@ -60,12 +60,13 @@ def test_demo_against_s3(tmp_path: Path, capsys: pytest.CaptureFixture, s3_bucke
 def test_demo_refuses_bad_sizes_and_used_locations(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cases = [
         (["--global-batch", "8"], "dist-resume: error: --global-batch must be a multiple of 6 "
-                                   "(it is split over 2, 3, 1 processes), got 8"),
+                                   "(it is split over 2, 3, 1 processes), got 8 (see 'dist-resume demo --help')"),
         (["--dataset-size", "24"], "dist-resume: error: 2 steps per epoch are too few to crash twice mid-epoch; "
-                                   "use a larger --dataset-size or a smaller --global-batch"),
+                                   "use a larger --dataset-size or a smaller --global-batch "
+                                   "(see 'dist-resume demo --help')"),
     ]
-    for extra, message in cases:
-        assert main(["demo", "--workdir", str(tmp_path / "w"), *extra]) == 1
+    for extra, message in cases:  # usage errors: exit 2, as argparse's own
+        assert main(["demo", "--workdir", str(tmp_path / "w"), *extra]) == 2
         assert capsys.readouterr().err == message + "\n"
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("")

@@ -29,7 +29,11 @@ EPOCHS = 2
 
 
 class DemoError(RuntimeError):
-    """The demo could not run (bad options, a job that failed): one line says why."""
+    """The demo could not run (a used location, a job that failed): one line says why."""
+
+
+class DemoUsageError(DemoError):
+    """Options the demo cannot run with (sizes it cannot crash mid-epoch with)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class DemoConfig:
                 step += 1
             kills.append(step)
         if not all(e * steps < k < (e + 1) * steps for e, k in enumerate(kills)):
-            raise DemoError(f"{steps} steps per epoch are too few to crash twice mid-epoch; use a larger "
+            raise DemoUsageError(f"{steps} steps per epoch are too few to crash twice mid-epoch; use a larger "
                             "--dataset-size or a smaller --global-batch")
         return kills[0], kills[1]
 
@@ -66,7 +70,7 @@ def validate(config: DemoConfig) -> None:
     """Refuse sizes the demo cannot crash mid-epoch with, and locations already in use."""
     splits = math.lcm(*WORLD_SIZES)
     if config.global_batch % splits:
-        raise DemoError(f"--global-batch must be a multiple of {splits} (it is split over "
+        raise DemoUsageError(f"--global-batch must be a multiple of {splits} (it is split over "
                         f"{', '.join(map(str, WORLD_SIZES))} processes), got {config.global_batch}")
     config.kill_steps()
     if config.workdir.exists() and any(config.workdir.iterdir()):
