@@ -63,14 +63,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="where checkpoints go: path, s3://bucket/prefix... (default: WORKDIR/checkpoints)")
     demo.add_argument("--workdir", type=Path, metavar="DIR",
                       help="logs and records (default: ./runs/demo-<time>)")
-    demo.add_argument("--dataset-size", type=_count(1), default=100)
-    demo.add_argument("--global-batch", type=_count(1), default=12,
-                      help="a multiple of 6, split over 2, 3 and 1 processes")
-    demo.add_argument("--save-every", type=_count(1), default=2, metavar="STEPS")
-    demo.add_argument("--seed", type=_count(0), default=0)
-    demo.add_argument("--num-workers", type=_count(0), default=0)
+    demo.add_argument("--dataset-size", type=_count(1), default=100, metavar="N",
+                      help="samples in the synthetic dataset (default: %(default)s)")
+    demo.add_argument("--global-batch", type=_count(1), default=12, metavar="B",
+                      help="samples per global step, a multiple of 6: split over 2, 3 and 1 processes "
+                           "(default: %(default)s)")
+    demo.add_argument("--save-every", type=_count(1), default=2, metavar="STEPS",
+                      help="global steps between checkpoints (default: %(default)s)")
+    demo.add_argument("--seed", type=_count(0), default=0, help="the loader's seed (default: %(default)s)")
+    demo.add_argument("--num-workers", type=_count(0), default=0, metavar="W",
+                      help="loader worker processes per rank (default: %(default)s)")
     demo.add_argument("--timeout", type=_count(1), default=300, metavar="SECONDS",
-                      help="limit for each launch of the job")
+                      help="limit for each launch of the job (default: %(default)s)")
 
     ls = commands.add_parser("ls", help="committed checkpoints: step, time, world size, size")
     ls.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
@@ -82,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="what each rank would consume after resuming at another world size")
     plan.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
-    plan.add_argument("--world-size", type=_count(1, MAX_WORLD_SIZE), required=True, metavar="M")
+    plan.add_argument("--world-size", type=_count(1, MAX_WORLD_SIZE), required=True, metavar="M",
+                      help="number of ranks to resume at (required)")
     plan.add_argument("--batch-size", type=_count(1), metavar="B",
                       help="per-rank batch size after the resume (default: the saved one, as a resumed "
                            "loader built with the same batch_size; the global batch then changes with M)")
@@ -150,9 +155,11 @@ def _inspect(args: argparse.Namespace) -> int:
     if saved.plan_values:
         plan_epoch = saved.plan_values[0]  # Plan.encode: [epoch, levels, ...]
         if any(rank_state.epoch == plan_epoch for rank_state in saved.ranks.values()):
-            print(f"  epoch {plan_epoch} continues an elastic resume (plan of {len(saved.plan_values)} integers)")
+            print(f"  epoch {plan_epoch} was resumed at another world size or batch size: the re-partition of "
+                  f"its remaining samples is saved with the state ({len(saved.plan_values)} integers)")
         else:
-            print(f"  the elastic plan of epoch {plan_epoch} is kept from the last resume; no rank is in that epoch")
+            print(f"  the re-partition saved for epoch {plan_epoch} by a resume at another world size no longer "
+                  "applies: every rank is past that epoch")
     for rank, rank_state in sorted(saved.ranks.items()):
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
@@ -176,6 +183,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"  epoch {plan.epoch} is finished: every rank starts epoch {plan.epoch + 1} from its beginning")
         return 0
     print(f"  epoch {plan.epoch}: every rank continues it; then epoch {plan.epoch + 1} starts from its beginning")
+    print(f"  positions are places in epoch {plan.epoch}'s sample order, 0 to {saved.dataset_length - 1} (as "
+          "plan_resume and padding_positions report them); padding repeats the epoch's first positions")
     for rank in range(layout.world_size):
         print(f"  rank {rank}: {_rank_summary(plan, rank)}")
     return 0

@@ -93,6 +93,8 @@ def test_plan_matches_a_real_resume(checkpoints: str, capsys: pytest.CaptureFixt
         "step 3: resuming at world size 3, per-rank batch 1 (global batch 3); saved at world size 2, per-rank batch 3",
         "  the global batch changes from 6 to 3",
         "  epoch 0: every rank continues it; then epoch 1 starts from its beginning",
+        "  positions are places in epoch 0's sample order, 0 to 19 (as plan_resume and padding_positions report "
+        "them); padding repeats the epoch's first positions",
         "  rank 0: 1 batches, 1 samples; positions 18",
         "  rank 1: 1 batches, 1 samples; positions 19",
         "  rank 2: 1 batches, 0 samples + 1 padding; positions none",
@@ -153,7 +155,8 @@ def test_checkpoint_errors_are_one_line(checkpoints: str, tmp_path: Path, capsys
         (["inspect", checkpoints, "--step", "7"], f"step 7 is not committed at {checkpoints} (committed steps: 2, 3)"),
         (["plan", checkpoints, "--step", "1", "--world-size", "2"],
          f"step 1 is not committed at {checkpoints} (committed steps: 2, 3)"),
-        (["inspect", checkpoints, "--key", "weights"], f"step 3 at {checkpoints} holds no data loader state under 'weights'"),
+        (["inspect", checkpoints, "--key", "weights"],
+         f"step 3 at {checkpoints} holds no data loader state under 'weights'; it holds loader states under 'loader'"),
     ]
     for argv, message in cases:
         assert _run(capsys, *argv) == (1, "", f"dist-resume: error: {message}\n")
@@ -164,3 +167,22 @@ def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
                             text=True, cwd=ROOT, timeout=120)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == f"dist-resume: error: no committed checkpoint at {tmp_path}\n"
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    ("demo", ["--dataset-size N    samples in the synthetic dataset (default: 100)",
+              "--save-every STEPS  global steps between checkpoints (default: 2)",
+              "--seed SEED         the loader's seed (default: 0)",
+              "--num-workers W     loader worker processes per rank (default: 0)",
+              "--timeout SECONDS   limit for each launch of the job (default: 300)"]),
+    ("plan", ["--world-size M", "number of ranks to resume at (required)", "(default: the latest)",
+              "(default: loader)"]),
+    ("inspect", ["(default: the latest)", "(default: loader)"]),
+])
+def test_help_shows_every_default(capsys: pytest.CaptureFixture, command: str, shown: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_code:
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_code.value.code == 0
+    for text in shown:
+        assert " ".join(text.split()) in out

@@ -98,6 +98,8 @@ def test_plan_of_a_huge_epoch_costs_o_ranks(tmp_path: Path) -> None:
         "  the global batch changes from 6 to 9: the saved per-rank batch 3 is kept, as a resumed loader with the "
         "same batch_size does; --batch-size 2 keeps it at 6",
         "  epoch 0: every rank continues it; then epoch 1 starts from its beginning",
+        "  positions are places in epoch 0's sample order, 0 to 999999999999 (as plan_resume and "
+        "padding_positions report them); padding repeats the epoch's first positions",
         "  rank 0: 111111111109 batches, 333333333326 samples; "
         "positions 24-26, 33-35, 42-44, 51-53, 60-62, 69-71, ...",
         "  rank 1: 111111111109 batches, 333333333326 samples; "
@@ -155,7 +157,8 @@ def test_inspect_after_the_elastic_epoch_ended(tmp_path: Path, capsys: pytest.Ca
     code, out, err = _run(capsys, "inspect", str(tmp_path))
     assert (code, err) == (0, "")
     assert out.splitlines()[3:] == [
-        "  the elastic plan of epoch 0 is kept from the last resume; no rank is in that epoch",
+        "  the re-partition saved for epoch 0 by a resume at another world size no longer applies: every rank is "
+        "past that epoch",
         "  rank 0: epoch 1 (in progress), 1 batches = 2 samples consumed this epoch",
         "  rank 1: epoch 1 (in progress), 1 batches = 2 samples consumed this epoch",
         "  rank 2: epoch 1 (in progress), 1 batches = 2 samples consumed this epoch",

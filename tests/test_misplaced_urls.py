@@ -173,3 +173,17 @@ def test_a_run_three_levels_down_or_uncommitted_is_not_looked_for(tmp_path: Path
     (tmp_path / "x" / "step_00000001").mkdir(parents=True)  # a save that never committed
     assert load_checkpoint({"w": torch.zeros(2)}, str(tmp_path)) is None
     assert list_checkpoints(str(tmp_path)) == []
+
+
+def test_reading_loader_states_names_the_keys_that_hold_them(tmp_path: Path) -> None:
+    _save(tmp_path / "plain")
+    message = f"step 1 at {tmp_path}/plain holds no data loader state under 'loader'; it holds none"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        read_loader_states(str(tmp_path / "plain"))
+    save_checkpoint({"train": ResumableDataLoader(list(range(4))), "eval": ResumableDataLoader(list(range(2)))},
+                    str(tmp_path / "two"), 1)
+    message = (f"step 1 at {tmp_path}/two holds no data loader state under 'loader'; "
+               "it holds loader states under 'eval', 'train'")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        read_loader_states(str(tmp_path / "two"))
+    assert read_loader_states(str(tmp_path / "two"), key="eval")[0] == 1

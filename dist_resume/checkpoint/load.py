@@ -170,7 +170,10 @@ def read_loader_states(
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
     step, directory, metadata = chosen
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
-        raise CheckpointError(f"step {step} at {loc.url} holds no data loader state under {key!r}")
+        guard = f".{ELASTIC_GUARD_KEY}"
+        keys = sorted(fqn[: -len(guard)] for fqn in metadata.state_dict_metadata if fqn.endswith(guard))
+        held = f"it holds loader states under {', '.join(map(repr, keys))}" if keys else "it holds none"
+        raise CheckpointError(f"step {step} at {loc.url} holds no data loader state under {key!r}; {held}")
     targets, _ = _load_targets({key: None}, metadata)
     _read(store, step, directory, metadata, targets, no_dist=True)
     return step, targets[key]
