@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -77,6 +78,43 @@ def test_iterable_dataset_one_epoch_round_trip_g1(num_workers):
         return ResumableDataLoader(stream.with_format("torch"), batch_size=4, num_workers=num_workers, snapshot_every=1)
 
     _assert_resumes_mid_epoch(loader)
+
+
+def _stream(buffer_size: int | None, then_map: bool = False) -> datasets.IterableDataset:
+    stream = datasets.Dataset.from_dict({"x": list(range(40))}).to_iterable_dataset(num_shards=4)
+    if buffer_size is not None:
+        stream = stream.shuffle(seed=0, buffer_size=buffer_size)
+    return stream.map(lambda row: row) if then_map else stream
+
+
+BUFFER_REFUSED = (
+    "ResumableDataLoader: this Hugging Face IterableDataset shuffles through a buffer of 8 examples "
+    "(shuffle(buffer_size=8)), which its state_dict() leaves out: a resume would lose and repeat samples. "
+    "Use shuffle(seed=..., buffer_size=1), which still shuffles the shard order every epoch, or read the "
+    "data files with ShardedStream(..., shuffle=True, window=...), which shuffles the items of each shard "
+    "and resumes exactly"
+)
+
+
+@pytest.mark.parametrize("then_map", [False, True], ids=["shuffled", "shuffled_then_mapped"])
+def test_a_buffered_shuffle_is_refused_before_it_can_lose_samples(then_map):
+    """HF's state_dict() drops the shuffle buffer: resumed after 9 batches of 2, a stream
+    shuffled with buffer_size=8 lost 5 samples and repeated 1, silently (issue 21, point 5)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(BUFFER_REFUSED)}$"):
+        ResumableDataLoader(_stream(8, then_map), batch_size=2)
+
+
+@pytest.mark.parametrize("stop", [1, 3, 9, 15])
+def test_a_shard_order_shuffle_resumes_every_sample_once(stop):
+    """The recipe the refusal names: buffer_size=1 shuffles the shards, and resumes exactly."""
+    first = ResumableDataLoader(_stream(1), batch_size=2, snapshot_every=2)
+    batches = iter(first)
+    head = [int(x) for _ in range(stop) for x in next(batches)["x"]]
+    resumed = ResumableDataLoader(_stream(1), batch_size=2, snapshot_every=2)
+    resumed.load_state_dict(first.state_dict())
+    rest = [int(x) for batch in resumed for x in batch["x"]]
+    assert sorted(head + rest) == list(range(40))
+    assert head + rest != list(range(40))  # shuffled
 
 
 def _two_ranks(kind: str, out: Path) -> list[dict]:

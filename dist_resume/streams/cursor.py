@@ -28,6 +28,7 @@ from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import RankState, ResumeStateError, rank_key
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.datapipes import PipeSettings, warn_if_unsplit
+from dist_resume.streams.hf_buffers import check_resumable
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
 from dist_resume.streams.records import ShardRecords, SnapshotRecords
 from dist_resume.streams.sharded import ShardedStream
@@ -47,6 +48,7 @@ class StreamCursor:
         if isinstance(dataset, ShardedStream):
             self._records: SnapshotRecords | ShardRecords = ShardRecords(dataset)
         else:
+            check_resumable(dataset)
             self._records = SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0,
                                              persistent_workers and num_workers > 0 and is_stateful(dataset))
         self._last_role = -1  # role of the last yielded batch of the epoch, -1 before the first
