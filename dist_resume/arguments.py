@@ -12,7 +12,6 @@ import re
 
 from dist_resume.storage import redact_url
 
-
 # A scheme (two letters or more: "C:" is a drive) not followed by "//": a valid local path
 # that a careless URL would silently turn into ("s3:/bucket/run" is ./s3:/bucket/run).
 _MALFORMED_SCHEME = re.compile(r"([a-zA-Z][\w+.-]+):(/?)(?!/)(.*)", re.DOTALL)

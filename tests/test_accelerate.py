@@ -9,6 +9,7 @@ sets of samples trained with a single-process reference of the same global batch
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 
 pytest.importorskip("accelerate")
 from accelerate import Accelerator  # noqa: E402
+from accelerate.data_loader import skip_first_batches  # noqa: E402
 
 from dist_resume import ResumableDataLoader, ResumeStateError  # noqa: E402
 from dist_resume.integrations.accelerate import attach  # noqa: E402
@@ -171,3 +173,33 @@ def test_save_state_into_a_directory_of_a_larger_job_drops_its_extra_ranks_g6(tm
     resumed = attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
     accelerator.load_state(tmp_path / "ckpt")
     assert head + _take(resumed) == _take(ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
+
+
+REBUILT = (
+    "ResumableDataLoader: its batches come from its own epoch order and position, not from its "
+    "{what}: a DataLoader rebuilt from it (accelerate's skip_first_batches, HF Trainer's mid-epoch "
+    "resume) would train another order, silently. Resume the loader with load_state_dict instead; under "
+    "HF Trainer, set TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
+)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_dataloader_rebuilt_from_its_samplers_is_an_error_not_another_order(rank):
+    """skip_first_batches built a plain DataLoader from torch's default batch sampler, which
+    the loader never iterates: another order than the loader trains, and the whole dataset
+    on every rank (issue 23)."""
+    loader = ResumableDataLoader(list(range(8)), batch_size=2, shuffle=True, seed=0, rank=rank, world_size=2)
+    rebuilt = skip_first_batches(loader, 1)
+    with pytest.raises(ValueError, match=f"^{re.escape(REBUILT.format(what='batch_sampler'))}$"):
+        list(rebuilt)
+    for what in ("batch_sampler", "sampler"):
+        with pytest.raises(ValueError, match=f"^{re.escape(REBUILT.format(what=what))}$"):
+            iter(getattr(loader, what))
+    assert [len(batch) for batch in loader] == [2, 2]  # the loader itself is unaffected: its share of 8
+    assert len(loader.batch_sampler) == 4 and len(loader.sampler) == 8  # torch's, unchanged
+
+
+def test_a_user_sampler_stays_the_users():
+    sampler = torch.utils.data.SequentialSampler(range(6))
+    loader = ResumableDataLoader(list(range(6)), batch_size=2, sampler=sampler)
+    assert loader.sampler is sampler and list(loader.batch_sampler) == [[0, 1], [2, 3], [4, 5]]

@@ -16,6 +16,7 @@ from dist_resume.loader.defaults import data_parallel_shard, default_seed
 from dist_resume.loader.epochs import EpochChoice
 from dist_resume.loader.fetch import SeededDataset, SingleSample
 from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
+from dist_resume.loader.rebuild_guard import RebuildGuard
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
 from dist_resume.loader.single_process import SingleProcessBatches, serves
@@ -157,6 +158,10 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         else:
             self._sampling = Sampling.EPOCH_ORDER
             check_not_split_by_node(dataset, self.rank, self.world_size, process_group)
+            # DataLoader's own attributes are frozen after its __init__.
+            object.__setattr__(self, "sampler", RebuildGuard(self.sampler, "sampler"))
+            object.__setattr__(self, "batch_sampler", RebuildGuard(self.batch_sampler, "batch_sampler")
+                               if self.batch_sampler is not None else None)
         self._rank_batch_size = batch_size if batch_size is not None else 1
         self._mode = TailMode.of(drop_last, even_batches)
         self._dataset_length = self._current_length()

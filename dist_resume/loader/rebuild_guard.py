@@ -1,0 +1,35 @@
+"""The sampler and batch sampler a `ResumableDataLoader` shows for torch's sake.
+
+With its own epoch order the loader never iterates torch's default samplers (they are
+unsharded and know no position). Code that rebuilds a DataLoader from them (accelerate's
+``skip_first_batches``, HF Trainer's mid-epoch resume) would train another order on every
+rank, silently; iterating them is therefore an error that names the recipe, while their
+length and attributes stay torch's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+
+class RebuildGuard:
+    """``inner`` (torch's default sampler or batch sampler), except that iterating it raises."""
+
+    def __init__(self, inner: Any, what: str) -> None:
+        self._inner = inner
+        self._what = what
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __iter__(self) -> Iterator[Any]:
+        raise ValueError(
+            f"ResumableDataLoader: its batches come from its own epoch order and position, not from its {self._what}: "
+            "a DataLoader rebuilt from it (accelerate's skip_first_batches, HF Trainer's mid-epoch resume) would "
+            "train another order, silently. Resume the loader with load_state_dict instead; under HF Trainer, set "
+            "TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
