@@ -8,12 +8,12 @@
 # Example, one node, 2 processes, survives a crashed worker:
 #   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
 #     bash launch/elastic.sh launch/train.py --checkpoint ./runs/ckpt --global-batch 12
-# torchrun is run as "${PYTHON:-python3} -m torch.distributed.run": set PYTHON to the interpreter
-# that has torch (e.g. PYTHON=.venv/bin/python) unless python3 is already that one.
+# torchrun is run with $PYTHON, else the quick start's .venv/bin/python, else python3 (python.sh).
 set -euo pipefail
+source "$(dirname "$0")/python.sh"
 : "${RDZV_ENDPOINT:?set RDZV_ENDPOINT}" "${RDZV_ID:?set RDZV_ID}"
 if [[ $# -lt 1 ]]; then echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; fi
 min="${MIN_NODES:-1}"
-exec "${PYTHON:-python3}" -m torch.distributed.run --nnodes="$min:${MAX_NODES:-$min}" --nproc-per-node="${NPROC_PER_NODE:-1}" \
+exec "$PYTHON" -m torch.distributed.run --nnodes="$min:${MAX_NODES:-$min}" --nproc-per-node="${NPROC_PER_NODE:-1}" \
     --max-restarts="${MAX_RESTARTS:-3}" \
     --rdzv-backend="${RDZV_BACKEND:-c10d}" --rdzv-endpoint="$RDZV_ENDPOINT" --rdzv-id="$RDZV_ID" "$@"

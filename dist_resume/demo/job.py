@@ -130,10 +130,16 @@ def kill_workers(pids: Sequence[int], timeout: float = 60) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    wait_until_gone(pids, timeout, "survived SIGKILL")
+
+
+def wait_until_gone(pids: Sequence[int], timeout: float, what: str) -> None:
+    """Return once every process of ``pids`` has exited; raise JobError ("... {what} for N s")
+    if one still runs after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not all(_gone(pid) for pid in pids):
         if time.monotonic() > deadline:
-            raise JobError(f"worker processes {list(pids)} survived SIGKILL for {timeout:.0f}s")
+            raise JobError(f"worker processes {list(pids)} {what} for {timeout:.0f}s")
         time.sleep(_POLL_SECONDS)
 
 

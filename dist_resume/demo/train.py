@@ -19,9 +19,12 @@ already exists does not pause, so an elastic restart runs through.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
+import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -102,6 +105,9 @@ def pause_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:
     threading.Event().wait()  # until killed
 
 
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
 def init_distributed(backend: str) -> None:
     """init_process_group from torchrun's environment. Under the elastic agent's store, the
     keys go in a namespace of this restart: the agent keeps one store across restarts, and a
@@ -132,8 +138,21 @@ def shut_down_distributed() -> None:
     del barrier  # freed on this thread, after the gloo threads have stopped
 
 
+def die_with_launcher() -> None:
+    """On Linux, end this worker when the process that started it (torchrun) dies, even by
+    SIGKILL: torchrun starts workers in sessions of their own, so they would train on and
+    commit checkpoints beside the job a restart starts on the same URL."""
+    if not sys.platform.startswith("linux"):
+        return
+    launcher = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    die_with_launcher()
     init_distributed("nccl" if torch.cuda.is_available() else "gloo")
     train(args)
     gc.collect()  # DDP sits in a reference cycle: free it and its reference to the process group now
