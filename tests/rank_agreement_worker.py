@@ -1,4 +1,5 @@
-"""One rank of a job whose ranks name different checkpoint locations (issue 11 point 3).
+"""One rank of a job whose ranks name different checkpoint locations (issue 11 point 3) or
+pass different arguments to one save or load (issue 24 point 1).
 
 Run by ``tests.checkpoint_worker.run(..., script=__file__)``; each rank writes the error it
 got (or "none") to ``out/<scenario>-error-<rank>.txt``.
@@ -68,5 +69,30 @@ def node_local_storage(args: dict[str, Any]) -> None:
     shut_down_distributed()
 
 
+def disagreeing_arguments(args: dict[str, Any]) -> None:
+    """One URL, but each rank passes its own step, keep or async_save; then its own step to
+    a load. Every call must fail on every rank, before anything is written or read."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import load_checkpoint, save_checkpoint
+    from dist_resume.demo.train import shut_down_distributed
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    url = args["url"]
+    state = {"w": torch.full((2,), float(rank))}
+    _record(args, "step", lambda: save_checkpoint(state, url, 5 + rank))
+    _record(args, "keep", lambda: save_checkpoint(state, url, 5, keep=1 + rank))
+    # a rank that would create the background saves' gloo group alone waited for its peer forever
+    _record(args, "async", lambda: save_checkpoint(state, url, 5, async_save=rank == 0))
+    _record(args, "several", lambda: save_checkpoint(state, url, 5 + rank, keep=None if rank else 2))
+    _record(args, "load_step", lambda: load_checkpoint(state, url, 1 + rank))
+    Path(args["out"], f"loaded-{rank}.txt").write_text(json.dumps(state["w"].tolist()))
+    shut_down_distributed()
+
+
 if __name__ == "__main__":
-    {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage}[sys.argv[1]](json.loads(sys.argv[2]))
+    {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
+     "disagreeing_arguments": disagreeing_arguments}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -1,5 +1,5 @@
-"""Ranks that name different checkpoint locations fail together and commit nothing
-(issue 11 point 3, G7). Real 2-process gloo jobs."""
+"""Ranks that name different checkpoint locations (issue 11 point 3) or pass different
+arguments (issue 24 point 1) fail together and commit nothing (G7). Real 2-process gloo jobs."""
 
 from __future__ import annotations
 
@@ -57,3 +57,35 @@ def test_node_local_storage_behind_one_url_commits_nothing(tmp_path: Path) -> No
                             "rank's files (step 5 at memory://run is damaged: shard __1_0.distcp is missing); "
                             "the URL must name storage that every rank shares"), error
     assert [(out / f"node_local-committed-{rank}.txt").read_text() for rank in (0, 1)] == ["[]", "[]"]
+
+
+@pytest.mark.slow
+def test_ranks_with_different_arguments_fail_together_and_write_nothing(tmp_path: Path) -> None:
+    """Ranks passing steps 5 and 6 both returned success and only rank 0's step was committed;
+    disagreeing async_save flags hung. Now each call is one error, the same on every rank,
+    naming the argument and each rank's value, and nothing is written or loaded."""
+    url = tmp_path / "run"
+    for step in (1, 2):
+        save_checkpoint({"w": torch.full((2,), float(step))}, str(url), step)
+    out = tmp_path / "out"
+    run("disagreeing_arguments", 2, {"out": str(out), "url": str(url)}, free_port(),
+        script=rank_agreement_worker.__file__)
+
+    def error(scenario: str) -> str:
+        (only,) = {(out / f"{scenario}-error-{rank}.txt").read_text() for rank in (0, 1)}
+        return only
+
+    assert error("step") == ("CheckpointError: cannot save a checkpoint: the ranks do not pass the same step "
+                             "(ranks [0]: 5; ranks [1]: 6); every rank must pass the same step, keep and async_save")
+    assert error("keep") == ("CheckpointError: cannot save step 5: the ranks do not pass the same keep "
+                             "(ranks [0]: 1; ranks [1]: 2); every rank must pass the same step, keep and async_save")
+    assert error("async") == ("CheckpointError: cannot save step 5: the ranks do not pass the same async_save "
+                              "(ranks [0]: True; ranks [1]: False); every rank must pass the same step, keep and "
+                              "async_save")
+    assert error("several") == ("CheckpointError: cannot save a checkpoint: the ranks do not pass the same step "
+                                "(ranks [0]: 5; ranks [1]: 6) nor the same keep (ranks [0]: 2; ranks [1]: None); "
+                                "every rank must pass the same step, keep and async_save")
+    assert error("load_step") == ("CheckpointError: cannot load a checkpoint: the ranks do not pass the same step "
+                                  "(ranks [0]: 1; ranks [1]: 2); every rank must pass the same step")
+    assert sorted(p.name for p in url.iterdir()) == ["step_00000001", "step_00000002"]
+    assert [(out / f"loaded-{rank}.txt").read_text() for rank in (0, 1)] == ["[0.0, 0.0]", "[1.0, 1.0]"]

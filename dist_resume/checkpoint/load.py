@@ -23,7 +23,7 @@ from dist_resume.checkpoint.bounded_reader import BoundedReader
 from dist_resume.checkpoint.collectives import dcp_call, on_rank0
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
-from dist_resume.checkpoint.rank_agreement import require_same_location
+from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, read_commit, refuse_misplaced, step_dir
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
@@ -123,18 +123,19 @@ def load_checkpoint(
 ) -> int | None:
     """Load committed ``step`` (default: the latest) from ``url`` into ``state``; return it.
 
-    Collective. Returns None when ``url`` holds no committed step (first start), so a
-    training script can call it unconditionally; an explicit ``step`` that is not committed
-    raises :class:`CheckpointNotFoundError`. Entries whose saved state carries the elastic
-    guard (the data loader) receive every saved rank's entries, whatever the world size
-    then and now. Nothing in the checkpoint is executed (G8): ``.metadata`` admits only
-    DCP's types, stored values only plain data.
+    Collective: every rank passes the same URL and ``step`` (ranks that differ all raise
+    one :class:`CheckpointError` before anything is read). Returns None when ``url`` holds
+    no committed step (first start), so a training script can call it unconditionally; an
+    explicit ``step`` that is not committed raises :class:`CheckpointNotFoundError`.
+    Entries whose saved state carries the elastic guard (the data loader) receive every
+    saved rank's entries, whatever the world size then and now. Nothing in the checkpoint is
+    executed (G8): ``.metadata`` admits only DCP's types, stored values only plain data.
     """
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
     wait_for_previous_save()
-    require_same_location(loc, process_group, "load a checkpoint")
+    require_agreement(loc, process_group, "load", step=step)
     store = open_store(loc)
     chosen = on_rank0(process_group, lambda: _choose(store, step))
     if chosen is None:

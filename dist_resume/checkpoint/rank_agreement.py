@@ -1,4 +1,5 @@
-"""Every rank of a collective save or load names the same storage location (G7)."""
+"""Every rank of a collective save or load names the same storage location and passes the
+same arguments (G7), agreed in one collective before anything is written or read."""
 
 from __future__ import annotations
 
@@ -8,24 +9,46 @@ from dist_resume.errors import CheckpointError
 from dist_resume.storage import Location
 
 
-def require_same_location(loc: Location, group: dist.ProcessGroup | None, action: str) -> None:
+def _disagreement(values: list[tuple[object, str]]) -> str | None:
+    """``"ranks [0]: a; ranks [1]: b"`` when the compared values (one ``(value, shown)``
+    per rank) are not all equal; None when they are."""
+    ranks: dict[object, tuple[str, list[int]]] = {}
+    for rank, (value, shown) in enumerate(values):
+        ranks.setdefault(value, (shown, []))[1].append(rank)
+    if len(ranks) == 1:
+        return None
+    return "; ".join(f"ranks {members}: {shown}" for shown, members in ranks.values())
+
+
+def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str, **arguments: object) -> None:
     """Raise the same :class:`CheckpointError` on every rank of ``group`` unless all of them
-    resolved the checkpoint URL to the same filesystem and path: ranks that write to
-    different places (per-rank or relative URLs, different endpoints) would commit a step
-    that lacks some ranks' shards, or load different runs."""
+    resolved the checkpoint URL to the same filesystem and path and pass equal
+    ``arguments`` (``step``, ``keep``, ...). Ranks that write to different places (per-rank
+    or relative URLs, different endpoints) would commit a step that lacks some ranks'
+    shards, or load different runs; ranks that pass different steps would commit rank 0's
+    step with every rank's data, and ranks that differ on ``async_save`` would wait for
+    each other forever. ``verb`` ("save", "load") names the call in the error."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return
     place = (type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None))
     printable = loc.root if loc.is_local else loc.url  # a local root is absolute: cwd shows
-    every: list[tuple[tuple[object, ...], str] | None] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, (place, printable), group=group)
-    places: dict[tuple[object, ...], tuple[str, list[int]]] = {}
-    for rank, (theirs, shown) in enumerate(every):  # type: ignore[misc]
-        places.setdefault(theirs, (shown, []))[1].append(rank)
-    if len(places) == 1:
+    every: list[tuple[tuple[object, ...], str, dict[str, object]] | None] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, (place, printable, arguments), group=group)
+    places = _disagreement([(theirs, shown) for theirs, shown, _ in every])  # type: ignore[misc]
+    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs in every])  # type: ignore[misc]
+                 for name in arguments}
+    problems, advice = [], []
+    if places is not None:
+        problems.append(f"do not name the same checkpoint location ({places})")
+        advice.append("every rank must pass the same URL, on storage that every rank can reach")
+    for name, listed in differing.items():
+        if listed is not None:
+            problems.append(f"{'nor' if problems else 'do not pass'} the same {name} ({listed})")
+    if len(advice) < len(problems):
+        *first, last = arguments
+        advice.append(f"every rank must pass the same {', '.join(first)}{' and ' if first else ''}{last}")
+    if not problems:
         return
-    listed = "; ".join(f"ranks {ranks}: {shown}" for shown, ranks in places.values())
-    raise CheckpointError(
-        f"cannot {action}: the ranks do not name the same checkpoint location ({listed}); "
-        "every rank must pass the same URL, on storage that every rank can reach"
-    )
+    step = arguments.get("step")
+    action = f"{verb} step {step}" if step is not None and differing.get("step") is None else f"{verb} a checkpoint"
+    raise CheckpointError(f"cannot {action}: the ranks {' '.join(problems)}; {'; '.join(advice)}")

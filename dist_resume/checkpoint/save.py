@@ -17,7 +17,7 @@ from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0
 from dist_resume.checkpoint.commit import commit, prepare_attempt
-from dist_resume.checkpoint.rank_agreement import require_same_location
+from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
 
 
@@ -48,11 +48,13 @@ def save_checkpoint(
 ) -> SaveHandle | None:
     """Save ``state`` (a DCP state dict; Stateful entries welcome) as ``step`` under ``url``.
 
-    Collective: every rank of ``process_group`` calls it. The step is written to a new
-    directory and committed only after every rank's data and DCP's ``.metadata`` are
-    stored; a crash at any point leaves the previous committed step loadable (G7). A
-    committed step is never overwritten (:class:`CheckpointExistsError`). With ``keep=K``,
-    older committed steps beyond the newest K are deleted after the commit.
+    Collective: every rank of ``process_group`` calls it with the same URL, ``step``,
+    ``keep`` and ``async_save``; ranks that differ all raise one :class:`CheckpointError`
+    naming the argument and each rank's value, before anything is written. The step is
+    written to a new directory and committed only after every rank's data and DCP's
+    ``.metadata`` are stored; a crash at any point leaves the previous committed step
+    loadable (G7). A committed step is never overwritten (:class:`CheckpointExistsError`).
+    With ``keep=K``, older committed steps beyond the newest K are deleted after the commit.
 
     With ``async_save=True`` the state is copied to memory, written in the background over
     a gloo group of its own, and a :class:`SaveHandle` is returned; a new save first waits
@@ -65,8 +67,10 @@ def save_checkpoint(
     loc = resolve(checked_url(url), storage_options)
     store = open_store(loc)
     wait_for_previous_save()
+    # before the background group exists: creating it is a collective of its own, and a rank
+    # that creates it while its peer does not waits forever
+    require_agreement(loc, process_group, "save", step=step, keep=keep, async_save=async_save)
     group = checkpoint_group(process_group) if async_save else process_group
-    require_same_location(loc, group, f"save step {step}")
     where = f"step {step} at {loc.url}"
     attempt = on_rank0(group, lambda: prepare_attempt(store, step))
     writer = CheckpointWriter(loc, attempt)
