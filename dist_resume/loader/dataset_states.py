@@ -11,7 +11,7 @@ workers, so they resume only with the saved world size and `num_workers`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -67,7 +67,8 @@ class DatasetStates:
             state[f"snapshot_{role}"] = snapshot
         return state
 
-    def load(self, entry: Mapping[str, Any] | None, saved_world_size: int, world_size: int) -> None:
+    def accept(self, entry: Mapping[str, Any] | None, saved_world_size: int, world_size: int) -> Callable[[], None]:
+        """Check a rank's saved dataset states; return what continues every role from them."""
         if entry is None:
             raise ResumeStateError("loader state holds no dataset state; this loader's dataset has state_dict/load_state_dict")
         roles = int(entry["roles"][0])
@@ -77,4 +78,9 @@ class DatasetStates:
                 f"this loader has {self.roles} at world size {world_size}: a stateful map-style dataset resumes only "
                 "with the saved world size and num_workers"
             )
-        self._initial = [entry[f"snapshot_{role}"] for role in range(self.roles)]
+        initial = [entry[f"snapshot_{role}"] for role in range(self.roles)]
+
+        def adopt() -> None:
+            self._initial = initial
+
+        return adopt

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from dist_resume.loader.dataset_states import DATASET_KEY
@@ -56,35 +58,47 @@ class LoaderState:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a saved state at the next `iter()` (G1, G6). `state_dict` holds this
         rank's entry, or the entries of every saved rank (needed when the world size or the
-        batch size changed: the remaining samples are then re-partitioned, G2, G3)."""
+        batch size changed: the remaining samples are then re-partitioned, G2, G3).
+
+        A refused state (`ResumeStateError`) changes nothing: the seed, epoch, position,
+        plan, a Mixture's schedule and a stream's records are checked and prepared first,
+        and only applied once the whole state is accepted."""
         saved = decode(state_dict)
-        self._dataset_length = self._current_length()
-        if not self._seed_given and saved.any.seed != self.seed:
-            self.seed = saved.any.seed
-            # The inner loader's dataset wrapper, and its workers' copies, seed samples from
-            # the seed they were made with: a new one is made at the next iter().
-            self._inner = None
+        length = self._current_length()
+        seed = self.seed if self._seed_given else saved.any.seed  # a default seed is adopted
         adopt_definition = resume_definition(self.dataset, state_dict, saved)
-        saved.check_identity(self.identity)
-        adopt_definition()
+        saved.check_identity(dataclasses.replace(self.identity, dataset_length=length, seed=seed))
+        own_entry = state_dict.get(rank_key(self.rank), {})
         if self._stream is not None:
-            own = self._stream.load(state_dict, saved, self.rank, self.world_size)
+            own, adopt_stream = self._stream.accept(state_dict, saved, self.rank, self.world_size)
+            self._adopt(length, seed, adopt_definition)
+            adopt_stream()
             self._progress = Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
                                        own.samples_consumed, bool(own.epoch_finished))
-            self._resume_pending = True
-            self._generation += 1
             return
         resume = resume_rank(saved, self.world_size, self._rank_batch_size, self.rank)
-        if self._dataset_states is not None:
-            entry = state_dict.get(rank_key(self.rank), {}).get(DATASET_KEY)
-            self._dataset_states.load(entry, saved.any.world_size, self.world_size)
+        adopt_dataset_states = (lambda: None) if self._dataset_states is None else self._dataset_states.accept(
+            own_entry.get(DATASET_KEY), saved.any.world_size, self.world_size)
+        adopt_sampler_rng = self._sampler_rng.accept(own_entry.get(SAMPLER_RNG_KEY))
         if resume.remapped:
             finished = resume.plan.length == 0
         else:
             finished = bool(saved.ranks[self.rank].epoch_finished)
+        self._adopt(length, seed, adopt_definition)
+        adopt_dataset_states()
+        adopt_sampler_rng()
         self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
         self._progress = Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
         self._sampler_snapshot = saved.sampler_states.get(self.rank)
-        self._sampler_rng.load(state_dict.get(rank_key(self.rank), {}).get(SAMPLER_RNG_KEY))
+
+    def _adopt(self, length: int, seed: int, adopt_definition: Callable[[], None]) -> None:
+        """What every accepted state changes; a running iterator stops at its next batch."""
+        self._dataset_length = length
+        if seed != self.seed:
+            self.seed = seed
+            # The inner loader's dataset wrapper, and its workers' copies, seed samples from
+            # the seed they were made with: a new one is made at the next iter().
+            self._inner = None
+        adopt_definition()
         self._resume_pending = True
         self._generation += 1

@@ -7,7 +7,7 @@ generator as the caller had it."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -61,9 +61,11 @@ class SamplerRandomness:
         padded = torch.cat([raw, raw.new_zeros(-len(raw) % 8)])
         return torch.cat([torch.tensor([len(raw)], dtype=torch.int64), padded.view(torch.int64)])
 
-    def load(self, packed: torch.Tensor | None) -> None:
-        if packed is None:
-            self.start = None
-            return
-        length = int(packed[0])
-        self.start = packed[1:].clone().view(torch.uint8)[:length].clone()
+    def accept(self, packed: torch.Tensor | None) -> Callable[[], None]:
+        """Read a saved start state (of `state()`); return what makes it this epoch's."""
+        start = None if packed is None else packed[1:].clone().view(torch.uint8)[: int(packed[0])].clone()
+
+        def adopt() -> None:
+            self.start = start
+
+        return adopt

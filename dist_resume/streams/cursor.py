@@ -17,7 +17,7 @@ Two kinds of stream:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -106,9 +106,11 @@ class StreamCursor:
         meta = [self._records.kind, self.num_workers, self._last_role, self._records.digest()]
         return {META: torch.tensor(meta, dtype=torch.int64), **self._records.state()}
 
-    def load(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int, world_size: int) -> RankState:
-        """Continue from a loaded state; returns the saved progress this rank continues (its
-        own when the layout is unchanged; else a fresh count in the ranks' common epoch)."""
+    def accept(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int,
+               world_size: int) -> tuple[RankState, Callable[[], None]]:
+        """Check a loaded state; return the saved progress this rank continues (its own when
+        the layout is unchanged; else a fresh count in the ranks' common epoch) and what
+        continues the stream from it. Nothing changes before that is called."""
         entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
         metas = {saved_rank: read_meta(entry, _where(saved_rank)) for saved_rank, entry in entries.items()}
         kind, num_workers, last_role, digest = next(iter(metas.values()))
@@ -123,9 +125,8 @@ class StreamCursor:
         if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
             if rank not in saved.ranks:
                 saved.require_complete(f"resuming rank {rank}")
-            self._records.load({_where(rank): entries[rank]})
-            self._last_role = metas[rank].last_role
-            return saved.ranks[rank]
+            return saved.ranks[rank], self._adopt(self._records.accept({_where(rank): entries[rank]}),
+                                                   metas[rank].last_role)
         describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
                     f"world size {world_size} with num_workers={self.num_workers}")
         if not self._records.elastic:
@@ -135,11 +136,18 @@ class StreamCursor:
             )
         saved.one_epoch(f"at world size {world_size} with num_workers={self.num_workers}",
                         f"world size {saved_world_size} with num_workers={num_workers}", "world size or num_workers")
-        self._records.load({_where(saved_rank): entry for saved_rank, entry in entries.items()})
-        self._last_role = -1
+        adopt_records = self._records.accept({_where(saved_rank): entry for saved_rank, entry in entries.items()})
         finished = all(state.epoch_finished for state in saved.ranks.values())
-        return dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
-                                   samples_consumed=0, epoch_finished=int(finished))
+        return (dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
+                                    samples_consumed=0, epoch_finished=int(finished)),
+                self._adopt(adopt_records, -1))
+
+    def _adopt(self, adopt_records: Callable[[], None], last_role: int) -> Callable[[], None]:
+        def adopt() -> None:
+            adopt_records()
+            self._last_role = last_role
+
+        return adopt
 
 
 def _where(rank: int) -> str:

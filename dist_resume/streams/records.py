@@ -5,7 +5,7 @@ worker role and the items yielded since. Both turn into a rank's saved stream en
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -103,25 +103,31 @@ class SnapshotRecords:
         state["of_iterator"] = torch.tensor(of_iterator, dtype=torch.int64)
         return state
 
-    def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
+    def accept(self, entries: dict[str, Mapping[str, Any]]) -> Callable[[], None]:
+        """Check the one saved entry; return what continues from it."""
         ((where, own),) = entries.items()
-        # What this process's stream did before no longer tells where the loaded state stands;
-        # the passes after it carry what the resumed one ends with.
-        self._iterated, self._reader = False, None
-        self._carried = [None] * self._roles
-        self._unended, self._pass_yielded = set(), False
         items = role_items(own, where, self._roles)
         of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
-        self._records = [
+        records = [
             (Snapshot(bool(of_iterator[role]), own[f"snapshot_{role}"]) if f"snapshot_{role}" in own else None, count)
             for role, count in enumerate(items)
         ]
-        if not is_stateful(self._dataset) and any(count and snapshot is None for snapshot, count in self._records):
-            warnings.warn(
-                f"ResumableDataLoader: {type(self._dataset).__name__} has no state_dict/load_state_dict, so each "
-                f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
-                stacklevel=4,
-            )
+
+        def adopt() -> None:
+            # What this process's stream did before no longer tells where the loaded state
+            # stands; the passes after it carry what the resumed one ends with.
+            self._iterated, self._reader = False, None
+            self._carried = [None] * self._roles
+            self._unended, self._pass_yielded = set(), False
+            self._records = records
+            if not is_stateful(self._dataset) and any(count and snapshot is None for snapshot, count in records):
+                warnings.warn(
+                    f"ResumableDataLoader: {type(self._dataset).__name__} has no state_dict/load_state_dict, so each "
+                    f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
+                    stacklevel=4,
+                )
+
+        return adopt
 
 
 class ShardRecords:
@@ -164,9 +170,15 @@ class ShardRecords:
             "finished": torch.tensor(self._finished, dtype=torch.int64),
         }
 
-    def load(self, entries: dict[str, Mapping[str, Any]]) -> None:
+    def accept(self, entries: dict[str, Mapping[str, Any]]) -> Callable[[], None]:
+        """Check every saved rank's entry; return what continues from them."""
         # Each shard is read by one slot at a time, and every rank starts from the same
         # merged counts: the most any rank saw is the shard's count.
         counts = [shard_counts(entry, where, len(self._stream.shards)) for where, entry in entries.items()]
-        self._consumed = [max(column) for column in zip(*(consumed for consumed, _ in counts))]
-        self._finished = [max(column) for column in zip(*(finished for _, finished in counts))]
+        consumed = [max(column) for column in zip(*(consumed for consumed, _ in counts))]
+        finished = [max(column) for column in zip(*(finished for _, finished in counts))]
+
+        def adopt() -> None:
+            self._consumed, self._finished = consumed, finished
+
+        return adopt
