@@ -6,6 +6,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
+from dist_resume.arguments import checked_int
+
 
 def default_seed(generator: torch.Generator | None, world_size: int) -> int:
     if generator is None and world_size > 1:
@@ -37,6 +39,7 @@ def data_parallel_shard(rank: int | None, world_size: int | None, process_group)
             raise ValueError("process_group was given but torch.distributed is not initialized")
         else:
             rank, world_size = 0, 1
-    if world_size < 1 or not 0 <= rank < world_size:
+    rank, world_size = checked_int("rank", rank, 0), checked_int("world_size", world_size, 1)
+    if not rank < world_size:
         raise ValueError(f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
     return rank, world_size

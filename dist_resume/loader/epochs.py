@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.progress import Progress
 from dist_resume.positions.elastic_plan import Plan
 from dist_resume.streams.sharded import ShardedStream
@@ -22,9 +23,10 @@ class EpochChoice:
 
     def set_epoch(self, epoch: int) -> None:
         """Serve `epoch` at the next `iter()` (like `DistributedSampler.set_epoch`). The
-        epoch in progress keeps its position, so a resumed loop may call it unconditionally."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        epoch in progress keeps its position, so a resumed loop may call it unconditionally.
+        Any integer type is taken (a numpy or 0-d tensor integer); one outside [0, 2**63)
+        or a float is refused here, not at the next `iter()`."""
+        epoch = checked_int("epoch", epoch, 0, INT64_LIMIT)
         self._forward_epoch(epoch)
         progress = self._progress
         if epoch == progress.epoch and (self._resume_pending or not progress.started):

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
 from dist_resume.loader.defaults import data_parallel_shard, default_seed
 from dist_resume.loader.epochs import EpochChoice
@@ -135,9 +136,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         self._seed_given = seed is not None
         if seed is None:
             seed = default_seed(generator, self.world_size)
-        if not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be in [0, 2**63), got {seed}")
-        self.seed = seed
+        self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches

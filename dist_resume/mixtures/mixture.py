@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from dist_resume.arguments import checked_int
+from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.mixtures.definition import Definition
 from dist_resume.mixtures.progress import SourceProgress, frontier, source_progress
 from dist_resume.mixtures.schedule import Schedule, WeightsOrStages, parse_stages
@@ -94,7 +94,7 @@ class Mixture(Dataset):
         positions = torch.as_tensor(positions, dtype=torch.int64)
         if positions.numel() and int(positions.min()) < 0:
             raise IndexError(f"Mixture positions must be >= 0, got {int(positions.min())}")
-        return self.position_order(seed, 0, shuffle).indices(positions)
+        return self.position_order(checked_int("seed", seed, 0, INT64_LIMIT), 0, shuffle).indices(positions)
 
     def window_bound(self, name: str) -> int:
         """Over any window of a stage, `|count of name - share * window| <` this."""
@@ -103,7 +103,7 @@ class Mixture(Dataset):
     def progress(self, at: int | Mapping[str, Any]) -> dict[str, SourceProgress]:
         """Per source, its draws before run position `at`, or before the frontier of a loader
         state (`loader.state_dict()`: past every position its ranks consumed)."""
-        position = at if isinstance(at, int) else frontier(decode(at))
+        position = frontier(decode(at)) if isinstance(at, Mapping) else checked_int("position", at, 0)
         return source_progress(self.definition, self.schedule, position)
 
     # -- the ResumableDataLoader protocol (see dist_resume.positions.dataset_order) ---------

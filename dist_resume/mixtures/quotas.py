@@ -6,6 +6,8 @@ import math
 from fractions import Fraction
 from numbers import Real
 
+from dist_resume.arguments import checked_weight
+
 # Quotas of a stage sum to at most this, so that `quota * position` stays in int64 for
 # positions below MAX_POSITION.
 MAX_TOTAL = 1 << 24
@@ -21,9 +23,7 @@ def quotas(weights: list[Real]) -> list[int]:
     weight is rounded to a multiple of 2**-24 of the total (largest remainders).
     """
     exact = []
-    for weight in weights:
-        if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"mixture weights must be finite numbers >= 0, got {weight!r}")
+    for weight in map(checked_weight, weights):
         exact.append(Fraction(weight).limit_denominator(_DENOMINATOR_LIMIT) if isinstance(weight, float)
                      else Fraction(weight))
     if not any(exact):

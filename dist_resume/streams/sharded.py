@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dist_resume.arguments import checked_int
+from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.storage import guarded
@@ -59,8 +59,7 @@ class ShardedStream(IterableDataset):
         if not callable(reader):
             raise TypeError(f"reader must be callable, got {type(reader).__name__}")
         window = checked_int("window", window, 1)
-        if not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be in [0, 2**63), got {seed}")
+        seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self.shards = list(shards)
         self.reader = reader
         self.shuffle = shuffle
