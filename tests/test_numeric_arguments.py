@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from dist_resume import Mixture, ResumableDataLoader
 from dist_resume.streams import ShardedStream
@@ -45,6 +46,9 @@ def test_a_numeric_stream_seed_means_its_value(tmp_path, kind: str) -> None:
     stream = ShardedStream(urls, read_jsonl, window=8, seed=INTEGERS[kind](1))
     plain = ShardedStream(urls, read_jsonl, window=8, seed=1)
     assert type(stream.seed) is int
+    stream.set_epoch(INTEGERS[kind](2))  # as a plain DataLoader's loop calls it
+    plain.set_epoch(2)
+    assert_same_batches(DataLoader(stream, batch_size=4), DataLoader(plain, batch_size=4))
     assert_same_batches(_epochs(ResumableDataLoader(stream, batch_size=4)),
                         _epochs(ResumableDataLoader(plain, batch_size=4)))
 

@@ -70,7 +70,7 @@ class ShardedStream(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch a plain DataLoader reads next (ResumableDataLoader sets its own)."""
-        self.epoch = epoch
+        self.epoch = checked_int("epoch", epoch, 0, INT64_LIMIT)
 
     @property
     def digest(self) -> int:
