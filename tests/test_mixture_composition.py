@@ -3,6 +3,7 @@ source without repetition or skip, stage changes, reweighting, weights as quotas
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from fractions import Fraction
 
@@ -11,10 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dist_resume import Mixture
 from dist_resume.mixtures.quotas import MAX_TOTAL, quotas
 from dist_resume.mixtures.schedule import Schedule, Stage
 from dist_resume.mixtures.source_orders import SourceOrders
 from dist_resume.mixtures.split_tree import SplitTree
+
+from .mixture_datasets import Labelled
 
 quota_lists = st.lists(st.integers(0, 50), min_size=1, max_size=7).filter(any)
 
@@ -123,15 +127,69 @@ def test_each_source_epoch_reads_every_sample_once(lengths: list[int], seed: int
             assert epochs[0] == list(range(length))
 
 
+def _named(*weights) -> dict:
+    return {f"s{i}": weight for i, weight in enumerate(weights)}
+
+
 def test_weights_become_exact_quotas_or_rounded_ones() -> None:
-    assert quotas([0.6, 0.3, 0.1]) == [6, 3, 1]
-    assert quotas([1 / 3, 2 / 3]) == [1, 2]
-    assert quotas([Fraction(1, 7), 2, 0]) == [1, 14, 0]
-    rounded = quotas([0.1234567, 0.7654321, 0.000001, 1e-7])
-    assert sum(rounded) == MAX_TOTAL
+    assert quotas(_named(0.6, 0.3, 0.1)) == [6, 3, 1]
+    assert quotas(_named(1 / 3, 2 / 3)) == [1, 2]
+    assert quotas(_named(0.1 + 0.2, 0.7)) == [3, 7]  # within 2**-24 of 3/10: meant as 3/10
+    assert quotas(_named(Fraction(1, 7), 2, 0)) == [1, 14, 0]
+    # 1e-7 was snapped to the ratio 0 and dropped; it is 2 of 2**24 parts of the total
+    assert quotas(_named(0.1234567, 0.7654321, 0.000001, 1e-7)) == [2330164, 14447031, 19, 2]
+    assert quotas(_named(1.0, 4e-7)) == [16777209, 7]  # issue 24 point 8: b was never drawn
     with pytest.raises(ValueError, match="must not all be zero"):
-        quotas([0, 0.0])
+        quotas(_named(0, 0.0))
     with pytest.raises(ValueError, match="finite numbers >= 0"):
-        quotas([1, -0.5])
+        quotas(_named(1, -0.5))
     with pytest.raises(ValueError, match="finite numbers >= 0"):
-        quotas([1, float("nan")])
+        quotas(_named(1, float("nan")))
+
+
+@pytest.mark.parametrize(
+    "weights, start, message",
+    [
+        ({"web": 1.0, "rare": 1e-9}, 0,
+         "mixture weight 1e-09 of source 'rare' (stage at position 0) rounds to 0: weights are realized to 2**-24 "
+         "of the stage's total (1), so the source would never be drawn; give it 0, or at least 5.97e-08"),
+        ({"a": 3, "b": 2**30}, 50,
+         "mixture weight 3 of source 'a' (stage at position 50) rounds to 0: weights are realized to 2**-24 of the "
+         "stage's total (1.07374e+09), so the source would never be drawn; give it 0, or at least 64.1"),
+    ],
+)
+def test_a_positive_weight_that_rounds_to_zero_is_refused(weights, start, message) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        quotas(weights, start)
+    smallest = float(message.rsplit(" ", 1)[1])
+    name = message.split("of source '")[1].split("'")[0]
+    assert quotas({**weights, name: smallest}, start)[list(weights).index(name)] >= 1  # the advice holds
+
+
+_WEIGHT = st.one_of(
+    st.just(0),
+    st.integers(1, 2**40),
+    st.floats(min_value=1e-12, max_value=1e6, allow_nan=False, allow_infinity=False),
+    st.fractions(min_value=Fraction(1, 10**9), max_value=10**6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WEIGHT, min_size=1, max_size=5).filter(any))
+def test_every_source_with_a_positive_weight_is_drawn_or_refused(weights) -> None:
+    """Issue 24 point 8: a positive weight never silently gets no draws. Either the mixture
+    is refused with an error naming the source, or over a window of two quota periods
+    every source with a positive weight is drawn and every source of weight 0 is not."""
+    sources = {f"s{i}": Labelled(i, 3) for i in range(len(weights))}
+    named = dict(zip(sources, weights))
+    try:
+        mix = Mixture(sources, named, length=10)
+    except ValueError as error:
+        refused = re.fullmatch(r"mixture weight (.+) of source '(s\d)' \(stage at position 0\) rounds to 0: .+", str(error))
+        assert refused is not None, str(error)
+        assert named[refused[2]] > 0
+        return
+    period = sum(mix.definition.stages[0].quotas)
+    progress = mix.progress(2 * period)
+    for name, weight in named.items():
+        assert (progress[name].draws > 0) == (weight > 0), (name, weight, progress[name])

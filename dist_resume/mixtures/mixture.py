@@ -37,7 +37,10 @@ class Mixture(Dataset):
     - `weights`: `{name: weight}`, or stages `[(start, {name: weight}), ...]` (the first at
       0) over the run's positions `epoch * length + p`. Over any `W` consecutive positions
       of a stage, source `s` has `|count - w_s * W| < window_bound(s)` (1 for two sources,
-      2 for three or four; `w_s` its share of the stage's total weight).
+      2 for three or four; `w_s` its share of the stage's total weight). Weights (any real
+      number type) are realized as integer quotas: exactly for integers and ratios with
+      denominators up to 10**6, else to 2**-24 of the stage's total; a positive weight
+      below that resolution is refused (`ValueError` naming the source), never dropped.
     - Each source is read in its own order: its `k`-th draw is position `k % len` of its
       source-epoch `k // len` (a permutation seeded by the loader's seed and the source's
       name when the loader has `shuffle=True`, else in order). No sample of a source

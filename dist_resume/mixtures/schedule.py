@@ -46,7 +46,7 @@ def parse_stages(weights: WeightsOrStages, names: Sequence[str]) -> list[Stage]:
                 f"mixture stage at position {start} must give a weight to every source {list(names)} "
                 f"(missing {missing}, unknown {unknown}); a weight may be 0"
             )
-        stages.append(Stage(start, tuple(quotas([stage_weights[name] for name in names]))))
+        stages.append(Stage(start, tuple(quotas({name: stage_weights[name] for name in names}, start))))
     if stages[0].start != 0:
         raise ValueError(f"the first mixture stage must start at position 0, got {stages[0].start}")
     for before, after in zip(stages, stages[1:]):
