@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dist_resume import Mixture
-from dist_resume.mixtures.quotas import MAX_TOTAL, quotas
+from dist_resume.mixtures.quotas import quotas
 from dist_resume.mixtures.schedule import Schedule, Stage
 from dist_resume.mixtures.source_orders import SourceOrders
 from dist_resume.mixtures.split_tree import SplitTree

@@ -16,7 +16,7 @@ from dist_resume.state.fields import FIELDS
 from dist_resume.streams.cursor import STREAM_KEY
 
 from .datasets import Squares
-from .mixture_datasets import mixture, samples
+from .mixture_datasets import mixture
 from .test_loader import assert_same_batches
 from .tutorial_datasets import MyIterableDataset
 
