@@ -93,6 +93,60 @@ def disagreeing_arguments(args: dict[str, Any]) -> None:
     shut_down_distributed()
 
 
+class _RaisesOnSave:
+    """A Stateful whose state_dict raises: a rank that fails in the middle of a save."""
+
+    def state_dict(self) -> dict[str, Any]:
+        raise RuntimeError("this rank's state could not be taken")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class _StallsOnSave:
+    """A Stateful whose state_dict takes 40 s: a rank that stops answering mid-save."""
+
+    def state_dict(self) -> dict[str, Any]:
+        import time
+
+        time.sleep(40)
+        os._exit(0)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def peer_gone(args: dict[str, Any]) -> None:
+    """Rank 1 leaves (a crash, seen from rank 0: it exits without a word) before a save
+    that rank 0 starts; or raises inside the save and exits; or stops answering inside it. The job's group timeout is
+    10 s: rank 0's call must end within it with a CheckpointError, not hang for torch's
+    30-minute default nor surface gloo's raw error."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import save_checkpoint
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+    rank = dist.get_rank()
+    state: dict[str, Any] = {"w": torch.full((2,), float(rank))}
+    if args["how"] == "raises" and rank == 1:
+        state["bad"] = _RaisesOnSave()
+    if args["how"] == "stalls" and rank == 1:
+        state["bad"] = _StallsOnSave()
+    if rank == 1 and args["how"] == "exits":
+        os._exit(0)
+    try:
+        handle = save_checkpoint(state, args["url"], 5, async_save=args["async_save"])
+        if handle is not None:
+            handle.result()
+        outcome = "none"
+    except Exception as exc:  # what rank 0 gets: one CheckpointError, whatever gloo raised
+        outcome = f"{type(exc).__name__}: {exc}"
+    Path(args["out"], f"peer_gone-error-{rank}.txt").write_text(outcome)
+    os._exit(0)  # the group cannot be left in order: a peer is gone
+
+
 if __name__ == "__main__":
     {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
-     "disagreeing_arguments": disagreeing_arguments}[sys.argv[1]](json.loads(sys.argv[2]))
+     "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone}[sys.argv[1]](json.loads(sys.argv[2]))

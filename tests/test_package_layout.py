@@ -45,6 +45,8 @@ FOREIGN_PRIVATES = {
     "_worker_info",  # torch: the WorkerInfo that get_worker_info() returns
     "_is_accelerate_prepared",  # accelerate: marks a loader it prepared
     "_replace",  # NamedTuple's public API, despite the underscore
+    "_get_backend",  # torch: a process group's backend, whose options hold its timeout
+    "_timeout",  # torch: that timeout (no public getter), which the checkpoint group inherits
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_resume import save_checkpoint
+from dist_resume import list_checkpoints, save_checkpoint
 from tests import rank_agreement_worker
 from tests.checkpoint_worker import run
 from tests.s3_server import free_port
@@ -89,3 +89,19 @@ def test_ranks_with_different_arguments_fail_together_and_write_nothing(tmp_path
                                   "(ranks [0]: 1; ranks [1]: 2); every rank must pass the same step")
     assert sorted(p.name for p in url.iterdir()) == ["step_00000001", "step_00000002"]
     assert [(out / f"loaded-{rank}.txt").read_text() for rank in (0, 1)] == ["[0.0, 0.0]", "[1.0, 1.0]"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["exits", "raises", "stalls"])
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_save_whose_peer_is_gone_fails_within_the_group_timeout(tmp_path: Path, how: str, async_save: bool) -> None:
+    """The job's group timeout is 10 s; the launcher's timeout of 90 s is the check that no
+    rank waits for torch's 30-minute default (issue 24, point 2). Rank 0 gets one
+    CheckpointError that says a peer is gone, and nothing is committed."""
+    url, out = tmp_path / "run", tmp_path / "out"
+    run("peer_gone", 2, {"out": str(out), "url": str(url), "how": how, "async_save": async_save}, free_port(),
+        script=rank_agreement_worker.__file__, timeout=90)
+    error = (out / "peer_gone-error-0.txt").read_text()
+    assert error.startswith(f"CheckpointError: cannot save step 5 at {url}: a peer rank is gone or did not take "
+                            "part within the process group's timeout (10 s) ("), error
+    assert not url.exists() or list_checkpoints(str(url)) == []

@@ -4,10 +4,15 @@ become one error that says what failed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, Callable, TypeVar
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.constants import default_pg_timeout
 
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import Location
@@ -45,6 +50,39 @@ def on_rank0(group: dist.ProcessGroup | None, fn: Callable[[], T]) -> T:
 _GLOO_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
+def group_timeout(group: dist.ProcessGroup | None) -> timedelta:
+    """How long ``group``'s collectives wait for a peer (set by ``init_process_group`` or
+    ``new_group``); torch's default where the backend does not say."""
+    pg = group or dist.group.WORLD
+    for device in ("cpu", "cuda"):
+        try:
+            return pg._get_backend(torch.device(device)).options._timeout
+        except (AttributeError, RuntimeError):
+            continue
+    return default_pg_timeout
+
+
+# Errors of the transport under a collective (a peer that exited, or did not come in time);
+# torch raises them as plain RuntimeErrors from gloo or NCCL.
+_TRANSPORT_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out", "timed out")
+
+
+@contextmanager
+def peers_answer(what: str, group: dist.ProcessGroup | None) -> Iterator[None]:
+    """Collectives of ``what`` ("cannot save step 5 at URL"): a peer rank that is gone or
+    late beyond ``group``'s timeout is one :class:`CheckpointError` that says so, on every
+    rank that waited for it, instead of the transport's raw error."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if not (isinstance(exc, dist.DistError) or any(word in str(exc) for word in _TRANSPORT_WORDS)):
+            raise
+        seconds = group_timeout(group).total_seconds()
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckpointError(f"{what}: a peer rank is gone or did not take part within the process group's "
+                              f"timeout ({seconds:g} s) ({type(exc).__name__}: {detail})") from None
+
+
 def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
     """A gloo group of ``group``'s ranks used only by background saves, created once, so that
     their collectives never interleave with the training's on the same group."""
@@ -52,7 +90,9 @@ def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | Non
         return None
     ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
     if ranks not in _GLOO_GROUPS:
-        _GLOO_GROUPS[ranks] = dist.new_group(ranks=list(ranks), backend="gloo")
+        # the job's timeout, not torch's 30-minute default: a peer gone mid-save ends the wait as
+        # the job's own collectives would
+        _GLOO_GROUPS[ranks] = dist.new_group(ranks=list(ranks), backend="gloo", timeout=group_timeout(group))
     return _GLOO_GROUPS[ranks]
 
 

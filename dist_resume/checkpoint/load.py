@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from dist_resume.arguments import checked_int, checked_url
 from dist_resume.checkpoint.async_saves import wait_for_previous_save
 from dist_resume.checkpoint.bounded_reader import BoundedReader
-from dist_resume.checkpoint.collectives import dcp_call, on_rank0
+from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
@@ -135,14 +135,15 @@ def load_checkpoint(
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
     wait_for_previous_save()
-    require_agreement(loc, process_group, "load", step=step)
     store = open_store(loc)
-    chosen = on_rank0(process_group, lambda: _choose(store, step))
-    if chosen is None:
-        return None
-    step, directory, metadata = chosen
-    targets, elastic = _load_targets(state, metadata)
-    _read(store, step, directory, metadata, targets, process_group=process_group)
+    with peers_answer(f"cannot load {'a checkpoint' if step is None else f'step {step}'} at {loc.url}", process_group):
+        require_agreement(loc, process_group, "load", step=step)
+        chosen = on_rank0(process_group, lambda: _choose(store, step))
+        if chosen is None:
+            return None
+        step, directory, metadata = chosen
+        targets, elastic = _load_targets(state, metadata)
+        _read(store, step, directory, metadata, targets, process_group=process_group)
     for key, value in state.items():
         if key in elastic and isinstance(value, Stateful):
             value.load_state_dict(targets[key])

@@ -15,7 +15,7 @@ import torch.distributed.checkpoint as dcp
 
 from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
-from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0
+from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
@@ -31,8 +31,9 @@ def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
 
 def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,
                   group: dist.ProcessGroup | None, where: str) -> int:
-    dcp_call(store.loc, "saving", where, upload.result)
-    _finish(store, step, attempt, keep, group)
+    with peers_answer(f"cannot save {where}", group):
+        dcp_call(store.loc, "saving", where, upload.result)
+        _finish(store, step, attempt, keep, group)
     return step
 
 
@@ -67,17 +68,18 @@ def save_checkpoint(
     loc = resolve(checked_url(url), storage_options)
     store = open_store(loc)
     wait_for_previous_save()
-    # before the background group exists: creating it is a collective of its own, and a rank
-    # that creates it while its peer does not waits forever
-    require_agreement(loc, process_group, "save", step=step, keep=keep, async_save=async_save)
-    group = checkpoint_group(process_group) if async_save else process_group
     where = f"step {step} at {loc.url}"
-    attempt = on_rank0(group, lambda: prepare_attempt(store, step))
-    writer = CheckpointWriter(loc, attempt)
-    if not async_save:
-        dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
-        _finish(store, step, attempt, keep, group)
-        return None
-    upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
-                       process_group=group)
+    with peers_answer(f"cannot save {where}", process_group):
+        # before the background group exists: creating it is a collective of its own, and a
+        # rank that creates it while its peer does not waits forever
+        require_agreement(loc, process_group, "save", step=step, keep=keep, async_save=async_save)
+        group = checkpoint_group(process_group) if async_save else process_group
+        attempt = on_rank0(group, lambda: prepare_attempt(store, step))
+        writer = CheckpointWriter(loc, attempt)
+        if not async_save:
+            dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
+            _finish(store, step, attempt, keep, group)
+            return None
+        upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
+                          process_group=group)
     return start(step, _finish_async, upload, store, step, attempt, keep, group, where)
