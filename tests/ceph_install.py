@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -30,7 +31,7 @@ APT_LOCK_WAIT = 600  # seconds apt-get waits for another package manager to fini
 class Decision:
     """What to do about the Ceph cases: ``run``, ``install``, ``skip`` or ``fail``, and why."""
 
-    action: str
+    action: Literal["run", "install", "skip", "fail"]
     message: str
 
 
@@ -54,7 +55,7 @@ def decide(missing: Sequence[str], is_root: bool, has_apt: bool, required: bool)
 def _apt_get(*args: str, report: Callable[[str], None]) -> None:
     command = ["apt-get", "-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT}", *args]
     report(" ".join(command))
-    result = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     if result.returncode != 0:
         output = (result.stdout + result.stderr).strip()[-3000:]

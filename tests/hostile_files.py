@@ -17,8 +17,9 @@ import resource
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,7 @@ _PROBE = ("import torch, dist_resume\n"
 
 @functools.cache
 def _measured_limit(env: tuple[tuple[str, str], ...] | None) -> int:
-    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=ROOT,
+    probe = subprocess.run([sys.executable, "-c", _PROBE], check=False, capture_output=True, text=True, cwd=ROOT,
                            env=None if env is None else dict(env), timeout=HANG_LIMIT)
     if probe.returncode != 0:
         pytest.fail(f"the address-space probe failed: {probe.stderr.strip()[-2000:]}")
@@ -102,7 +103,7 @@ def run_fenced(*argv: str, env: Mapping[str, str] | None = None) -> subprocess.C
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     try:
-        return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
+        return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, cwd=ROOT,
                               env=None if env is None else dict(env), timeout=HANG_LIMIT, preexec_fn=fence)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{' '.join(argv)} still running after {HANG_LIMIT} s: it hangs")
