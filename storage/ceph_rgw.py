@@ -32,8 +32,8 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 BINARIES = ("monmaptool", "ceph-mon", "ceph", "ceph-osd", "radosgw", "radosgw-admin")
-INSTALL_HINT = ("apt-get update && apt-get install -y --no-install-recommends "
-                "ceph-mon ceph-osd radosgw")
+PACKAGES = ("ceph-mon", "ceph-osd", "radosgw")  # Debian's, holding BINARIES
+INSTALL_HINT = f"apt-get update && apt-get install -y --no-install-recommends {' '.join(PACKAGES)}"
 MEMSTORE_BYTES = 1 << 30
 START_TIMEOUT = 180.0  # seconds; a cold start takes about 15 s on 2 cores
 

@@ -2,23 +2,32 @@
 
 The test process edits ``.metadata`` with plain pickle (it trusts what it wrote itself);
 the code under test never does.
+
+A fenced process may map MEMORY_MARGIN bytes of address space beyond what a child maps once
+it has imported torch and dist_resume, measured on this machine: an absolute cap would not
+admit a CUDA build of torch, whose libraries alone map several GiB.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import resource
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MEMORY_LIMIT = 2 * 2**30  # address space of a fenced process: torch and a load fit well inside
+# Address space a fenced process may map beyond its imports. The loads of the tests need
+# 32-128 MiB of it (most: the one that starts a gloo process group); a crafted file declaring
+# GiBs must not fit (tests/test_fence.py).
+MEMORY_MARGIN = 2**30
 HANG_LIMIT = 60  # seconds: a load that is still running then is hanging
 
 
@@ -65,24 +74,46 @@ def replace_stored(step_dir: Path, fqn: str, data: bytes) -> None:
     write_metadata(step_dir, metadata)
 
 
-def _fence() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+_PROBE = ("import torch, dist_resume\n"
+          "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmPeak:')))")
 
 
-def run_fenced(*argv: str) -> subprocess.CompletedProcess:
-    """``python argv...`` with a bounded address space; a run past HANG_LIMIT fails the test."""
+@functools.cache
+def _measured_limit(env: tuple[tuple[str, str], ...] | None) -> int:
+    probe = subprocess.run([sys.executable, "-c", _PROBE], check=False, capture_output=True, text=True, cwd=ROOT,
+                           env=None if env is None else dict(env), timeout=HANG_LIMIT)
+    if probe.returncode != 0:
+        pytest.fail(f"the address-space probe failed: {probe.stderr.strip()[-2000:]}")
+    return int(probe.stdout) * 1024 + MEMORY_MARGIN
+
+
+def memory_limit(env: Mapping[str, str] | None = None) -> int:
+    """The address-space cap of a fenced process run with ``env`` (None: this process's
+    environment): the peak a child maps by the end of ``import torch, dist_resume``, measured
+    once per environment, plus MEMORY_MARGIN."""
+    return _measured_limit(None if env is None else tuple(sorted(env.items())))
+
+
+def run_fenced(*argv: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python argv...`` with its address space capped at ``memory_limit(env)``; a run past
+    HANG_LIMIT fails the test."""
+    limit = memory_limit(env)
+
+    def fence() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     try:
-        return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
-                              timeout=HANG_LIMIT, preexec_fn=_fence)
+        return subprocess.run([sys.executable, *argv], check=False, capture_output=True, text=True, cwd=ROOT,
+                              env=None if env is None else dict(env), timeout=HANG_LIMIT, preexec_fn=fence)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{' '.join(argv)} still running after {HANG_LIMIT} s: it hangs")
 
 
-def outcome(code: str) -> str:
+def outcome(code: str, env: Mapping[str, str] | None = None) -> str:
     """What the statement ``code`` (with ``from dist_resume import *`` done) ends with, in a
-    fenced process: ``ok`` or ``<error type>: <message>``."""
+    process fenced as ``run_fenced`` does: ``ok`` or ``<error type>: <message>``."""
     script = ("import sys\nfrom dist_resume import *\nfrom dist_resume.checkpoint import read_loader_states\n"
               f"try:\n    {code}\nexcept BaseException as exc:\n"
               "    print(f'{type(exc).__name__}: {exc}')\nelse:\n    print('ok')\n")
-    result = run_fenced("-c", script)
+    result = run_fenced("-c", script, env=env)
     return (result.stdout.strip().splitlines() or [result.stderr.strip()[-300:]])[-1]
