@@ -2,7 +2,7 @@
 
 Where they are missing, a run as root with apt-get installs them (once, under a lock, so
 parallel runs on one machine take turns); anywhere else the cases are skipped with the reason,
-or fail with it when DIST_RESUME_REQUIRE_CEPH=1 (CI sets it, so a skip never passes CI).
+or fail with it when DIST_RESUME_NO_SKIPS=1 (CI sets it, so a skip never passes CI).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Literal
 import pytest
 
 from storage.ceph_rgw import INSTALL_HINT, PACKAGES, missing_binaries
+from tests.no_skips import NO_SKIPS, required
 
-REQUIRE_VARIABLE = "DIST_RESUME_REQUIRE_CEPH"
 LOCK_FILE = Path(tempfile.gettempdir()) / "dist-resume-ceph-install.lock"
 APT_LOCK_WAIT = 600  # seconds apt-get waits for another package manager to finish
 
@@ -37,7 +37,7 @@ class Decision:
 
 def decide(missing: Sequence[str], is_root: bool, has_apt: bool, required: bool) -> Decision:
     """The one decision for the Ceph cases, given the missing programs, whether this process
-    runs as root, whether apt-get is on PATH and whether DIST_RESUME_REQUIRE_CEPH=1."""
+    runs as root, whether apt-get is on PATH and whether every case must run."""
     if not missing:
         return Decision("run", "")
     if is_root and has_apt:
@@ -48,7 +48,7 @@ def decide(missing: Sequence[str], is_root: bool, has_apt: bool, required: bool)
     message = (f"the Ceph S3 tests need {', '.join(missing)}, which the test run installs only as root "
                f"with apt-get ({' and '.join(reasons)}); install them with `{INSTALL_HINT}`")
     if required:
-        return Decision("fail", f"{message} ({REQUIRE_VARIABLE}=1 makes this a failure, not a skip)")
+        return Decision("fail", f"{message} ({NO_SKIPS}=1 makes this a failure, not a skip)")
     return Decision("skip", message)
 
 
@@ -65,9 +65,9 @@ def _apt_get(*args: str, report: Callable[[str], None]) -> None:
 
 def ensure_ceph(report: Callable[[str], None]) -> None:
     """Return once the Ceph programs are on PATH, installing them if this run can; otherwise
-    skip the calling test, or fail it when DIST_RESUME_REQUIRE_CEPH=1."""
+    skip the calling test, or fail it when DIST_RESUME_NO_SKIPS=1."""
     decision = decide(missing_binaries(), os.geteuid() == 0, shutil.which("apt-get") is not None,
-                      os.environ.get(REQUIRE_VARIABLE) == "1")
+                      required())
     if decision.action == "skip":
         pytest.skip(decision.message)
     if decision.action == "fail":

@@ -1,6 +1,6 @@
 """Who gets Ceph's daemons for the Ceph S3 cases (issue 23): a run as root with apt-get
 installs them, any other run skips those cases with the reason, or fails with it under
-DIST_RESUME_REQUIRE_CEPH=1, as CI runs."""
+DIST_RESUME_NO_SKIPS=1, as CI runs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ HINT = "`apt-get update && apt-get install -y --no-install-recommends ceph-mon c
 INSTALLING = ("installing ceph-mon ceph-osd radosgw with apt-get for the Ceph S3 tests (not found: ceph-mon, "
               "radosgw); about 70 MB, a minute or two")
 NEED = "the Ceph S3 tests need ceph-mon, radosgw, which the test run installs only as root with apt-get"
-REQUIRED = " (DIST_RESUME_REQUIRE_CEPH=1 makes this a failure, not a skip)"
+REQUIRED = " (DIST_RESUME_NO_SKIPS=1 makes this a failure, not a skip)"
 
 
 @pytest.mark.parametrize("is_root", [True, False])
