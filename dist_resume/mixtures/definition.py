@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dist_resume.mixtures.quotas import MAX_POSITION, MAX_TOTAL
 from dist_resume.mixtures.schedule import Stage
 from dist_resume.mixtures.source_orders import name_key
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import ResumeStateError
 
 _VERSION = 1
+MAX_LENGTH = 2**62  # samples in one source: positions and draws stay int64
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,12 @@ class Definition:
                 stages.append(Stage(start, quotas))
                 cursor += 1 + count
             starts = [stage.start for stage in stages]
-            valid = (len(names) == count == len(lengths) and cursor + 1 == len(values) and starts[0] == 0
-                     and all(a < b for a, b in zip(starts, starts[1:])) and min(lengths) > 0
-                     and all(min(s.quotas) >= 0 and sum(s.quotas) > 0 for s in stages))
-        except (IndexError, ValueError):
+            # every bound a Mixture itself keeps: a crafted value must not reach the arithmetic
+            valid = (count > 0 and len(names) == count == len(lengths) and cursor + 1 == len(values)
+                     and starts[0] == 0 and all(a < b for a, b in zip(starts, starts[1:]))
+                     and starts[-1] < MAX_POSITION and 0 < min(lengths) and max(lengths) < MAX_LENGTH
+                     and all(min(s.quotas) >= 0 and 0 < sum(s.quotas) <= MAX_TOTAL for s in stages))
+        except (IndexError, ValueError, OverflowError):
             valid = False
         if not valid:
             raise ResumeStateError("loader state's mixture definition is malformed")
