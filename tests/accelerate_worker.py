@@ -2,7 +2,7 @@
 
 Records, per global step it trains, the dataset indices of its batch to RECORD/rank_R.json.
 With --save-at K it saves accelerate's state after K steps and stops there (as if killed);
-with --load DIR it resumes from DIR first. --plain skips attach (what accelerate does alone).
+with --load DIR it resumes from DIR first.
 """
 
 from __future__ import annotations
@@ -37,15 +37,13 @@ def main() -> None:
     parser.add_argument("--save", help="accelerate checkpoint directory to save into")
     parser.add_argument("--save-at", type=int, default=0)
     parser.add_argument("--load", help="accelerate checkpoint directory to resume from")
-    parser.add_argument("--plain", action="store_true")
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = ResumableDataLoader(Indices(), batch_size=args.batch_size, shuffle=True, seed=0)
-    if not args.plain:
-        attach(accelerator, loader)
+    attach(accelerator, loader)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     if args.load:
         accelerator.load_state(args.load)

@@ -153,11 +153,22 @@ def test_save_state_load_state_resume_exactly_at_any_world_size_g1_g3(saved_at_t
     assert before + _global_steps(tmp_path / "after", processes) == _reference()
 
 
-@pytest.mark.slow
-def test_plain_prepare_replaces_the_loader(tmp_path):
-    """What accelerate does without attach: its own DataLoaderShard, in another order."""
-    _launch(2, tmp_path / "plain", "--plain")
-    assert _global_steps(tmp_path / "plain", 2) != _reference()
+REBUILT = (
+    "ResumableDataLoader: its batches come from its own epoch order and position, not from its "
+    "{what}: a DataLoader rebuilt from it (accelerate's prepare without attach, or its skip_first_batches; "
+    "HF Trainer's mid-epoch resume) would train another order, silently. With accelerate, attach the loader "
+    "(dist_resume.integrations.accelerate.attach) before prepare; resume it with load_state_dict; under HF "
+    "Trainer, set TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
+)
+
+
+def test_plain_prepare_is_an_error_not_another_order():
+    """Without attach, accelerate's prepare rebuilds the loader as its own DataLoaderShard
+    from the loader's batch_sampler: another order on every rank, which it trained silently
+    before; now iterating it raises with the recipe."""
+    prepared = Accelerator().prepare(ResumableDataLoader(list(range(8)), batch_size=2, shuffle=True, seed=0))
+    with pytest.raises(ValueError, match=f"^{re.escape(REBUILT.format(what='batch_sampler'))}$"):
+        next(iter(prepared))
 
 
 def test_save_state_into_a_directory_of_a_larger_job_drops_its_extra_ranks_g6(tmp_path):
@@ -173,14 +184,6 @@ def test_save_state_into_a_directory_of_a_larger_job_drops_its_extra_ranks_g6(tm
     resumed = attach(accelerator, ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
     accelerator.load_state(tmp_path / "ckpt")
     assert head + _take(resumed) == _take(ResumableDataLoader(_Indices(), batch_size=4, shuffle=True, seed=5))
-
-
-REBUILT = (
-    "ResumableDataLoader: its batches come from its own epoch order and position, not from its "
-    "{what}: a DataLoader rebuilt from it (accelerate's skip_first_batches, HF Trainer's mid-epoch "
-    "resume) would train another order, silently. Resume the loader with load_state_dict instead; under "
-    "HF Trainer, set TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
-)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

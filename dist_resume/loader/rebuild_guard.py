@@ -2,8 +2,8 @@
 
 With its own epoch order the loader never iterates torch's default samplers (they are
 unsharded and know no position). Code that rebuilds a DataLoader from them (accelerate's
-``skip_first_batches``, HF Trainer's mid-epoch resume) would train another order on every
-rank, silently; iterating them is therefore an error that names the recipe, while their
+``prepare`` without ``attach``, its ``skip_first_batches``, HF Trainer's mid-epoch resume)
+would train another order on every rank, silently; iterating them is therefore an error that names the recipe, while their
 length and attributes stay torch's.
 """
 
@@ -26,9 +26,10 @@ class RebuildGuard:
     def __iter__(self) -> Iterator[Any]:
         raise ValueError(
             f"ResumableDataLoader: its batches come from its own epoch order and position, not from its {self._what}: "
-            "a DataLoader rebuilt from it (accelerate's skip_first_batches, HF Trainer's mid-epoch resume) would "
-            "train another order, silently. Resume the loader with load_state_dict instead; under HF Trainer, set "
-            "TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
+            "a DataLoader rebuilt from it (accelerate's prepare without attach, or its skip_first_batches; HF "
+            "Trainer's mid-epoch resume) would train another order, silently. With accelerate, attach the loader "
+            "(dist_resume.integrations.accelerate.attach) before prepare; resume it with load_state_dict; under HF "
+            "Trainer, set TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
         )
 
     def __getattr__(self, name: str) -> Any:
