@@ -24,6 +24,7 @@ from dist_resume.integrations.lightning import LightningLoader
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
+from dist_resume.process_group import shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, state_from_json, state_to_json
 from dist_resume.streams import ShardedStream
@@ -52,6 +53,7 @@ __all__ = [
     "sample_generator",
     "sample_seed",
     "save_checkpoint",
+    "shut_down_distributed",
     "state_from_json",
     "state_to_json",
 ]

@@ -14,8 +14,7 @@ import os
 import torch
 from accelerate import Accelerator
 
-from dist_resume import ResumableDataLoader
-from dist_resume.demo.train import shut_down_distributed
+from dist_resume import ResumableDataLoader, shut_down_distributed
 from dist_resume.integrations.accelerate import attach
 
 LENGTH = 48

@@ -196,7 +196,7 @@ if __name__ == "__main__":
     # (SIGABRT, "terminate called without an active exception") after its checks had passed.
     import gc
 
-    from dist_resume.demo.train import shut_down_distributed
+    from dist_resume import shut_down_distributed
 
     gc.collect()  # DDP sits in a reference cycle that holds the process group
     shut_down_distributed()

@@ -18,8 +18,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from datasets.distributed import split_dataset_by_node  # noqa: E402
 
-from dist_resume import ResumableDataLoader  # noqa: E402
-from dist_resume.demo.train import shut_down_distributed  # noqa: E402
+from dist_resume import (
+    ResumableDataLoader,  # noqa: E402
+    shut_down_distributed,  # noqa: E402
+)
 
 
 def _dataset(kind: str, rank: int, world_size: int):

@@ -15,8 +15,7 @@ import sys
 import lightning.pytorch as pl
 import torch
 
-from dist_resume import ResumableDataLoader
-from dist_resume.demo.train import shut_down_distributed
+from dist_resume import ResumableDataLoader, shut_down_distributed
 from dist_resume.integrations.lightning import LightningLoader
 
 DATASET_SIZE = 64  # with a global batch of 12: 5 full steps and a partial one per epoch

@@ -36,8 +36,7 @@ def per_rank_urls(args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from dist_resume import load_checkpoint, save_checkpoint
-    from dist_resume.demo.train import shut_down_distributed
+    from dist_resume import load_checkpoint, save_checkpoint, shut_down_distributed
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -57,8 +56,7 @@ def node_local_storage(args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from dist_resume import list_checkpoints, save_checkpoint
-    from dist_resume.demo.train import shut_down_distributed
+    from dist_resume import list_checkpoints, save_checkpoint, shut_down_distributed
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -75,8 +73,7 @@ def disagreeing_arguments(args: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    from dist_resume import load_checkpoint, save_checkpoint
-    from dist_resume.demo.train import shut_down_distributed
+    from dist_resume import load_checkpoint, save_checkpoint, shut_down_distributed
 
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))

@@ -18,8 +18,12 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint  # noqa: E402
-from dist_resume.demo.train import shut_down_distributed  # noqa: E402
+from dist_resume import (  # noqa: E402
+    ResumableDataLoader,
+    load_checkpoint,
+    save_checkpoint,
+    shut_down_distributed,  # noqa: E402
+)
 from tests.stream_jobs import make_stream  # noqa: E402
 
 

@@ -22,8 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing
 
-from dist_resume import ResumableDataLoader, plan_resume
-from dist_resume.demo.train import shut_down_distributed
+from dist_resume import ResumableDataLoader, plan_resume, shut_down_distributed
 from dist_resume.positions.epoch_order import EpochOrder
 
 from .datasets import Augmented

@@ -19,8 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing
 
-from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
-from dist_resume.demo.train import shut_down_distributed
+from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint, shut_down_distributed
 
 from .mixture_datasets import LENGTHS, STAGES, mixture, samples
 

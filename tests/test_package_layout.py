@@ -18,7 +18,7 @@ PACKAGE = Path(dist_resume.__file__).resolve().parent
 # parts of one layer stand side by side and never import each other. "" is the package's
 # public face (dist_resume/__init__.py).
 LAYERS: list[set[str]] = [
-    {"errors"},
+    {"errors", "process_group"},
     {"storage"},
     {"arguments"},
     {"randomness"},

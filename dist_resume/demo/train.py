@@ -39,6 +39,7 @@ from dist_resume import (
     TrainState,
     load_checkpoint,
     save_checkpoint,
+    shut_down_distributed,
 )
 from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.records import EpochPositions, Recorder, start_run
@@ -120,22 +121,6 @@ def init_distributed(backend: str) -> None:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend, store=dist.PrefixStore(f"dist_resume/attempt_{attempt}", store),
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-
-
-def shut_down_distributed() -> None:
-    """Leave the process group once every rank is done, so that the process exits.
-
-    gloo's worker thread drops its reference to a collective after the caller's wait has
-    returned. When that is the last reference, the thread frees the collective's tensors,
-    which needs the GIL; freeing the process group joins that thread while holding the GIL,
-    and the job hangs at exit. Holding the final barrier's work here until the group is gone
-    means the thread never holds the last reference to anything. Nothing else (a DDP model)
-    may keep the group alive past ``destroy_process_group``.
-    """
-    barrier = dist.barrier(async_op=True)
-    barrier.wait()
-    dist.destroy_process_group()
-    del barrier  # freed on this thread, after the gloo threads have stopped
 
 
 def die_with_launcher() -> None:
