@@ -23,8 +23,6 @@ from dist_resume.storage.retries import S3_PROTOCOLS, client_defaults
 _SECRET_OPTION = re.compile(r"secret|token|password|passwd|credential|signature|sas", re.I)
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)[^/@\s]+@")
-
-
 _URL = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]+)://(?P<netloc>[^/?#]*)(?P<rest>.*)", re.DOTALL)
 _QUERY_PARAMETER = re.compile(r"(?P<name>[^?&#=]+)=(?P<value>[^&#]*)")
 # Query parameters that carry credentials: the option names above, Azure SAS's `sig`, keys.
@@ -50,19 +48,22 @@ def _masked_parameter(parameter: re.Match) -> str:
     return f"{parameter['name']}=***" if _SECRET_PARAMETER.search(parameter["name"]) else parameter.group()
 
 
+def _is_secret(name: str, value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and _SECRET_OPTION.search(name) is not None
+
+
 def _secret_values(options: dict[str, Any]) -> list[str]:
     found = []
     for name, value in options.items():
         if isinstance(value, dict):
             found += _secret_values(value)
-        elif isinstance(value, str) and value and _SECRET_OPTION.search(name):
+        elif _is_secret(name, value):
             found.append(value)
     return found
 
 
 def _masked(options: dict[str, Any]) -> dict[str, Any]:
-    return {name: _masked(value) if isinstance(value, dict) else
-            "***" if isinstance(value, str) and value and _SECRET_OPTION.search(name) else value
+    return {name: _masked(value) if isinstance(value, dict) else "***" if _is_secret(name, value) else value
             for name, value in options.items()}
 
 
