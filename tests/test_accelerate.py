@@ -8,6 +8,7 @@ sets of samples trained with a single-process reference of the same global batch
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -206,3 +207,12 @@ def test_a_user_sampler_stays_the_users():
     sampler = torch.utils.data.SequentialSampler(range(6))
     loader = ResumableDataLoader(list(range(6)), batch_size=2, sampler=sampler)
     assert loader.sampler is sampler and list(loader.batch_sampler) == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_a_copied_loader_serves_the_same_batches():
+    """The guarded samplers stay copyable: copy.deepcopy of a loader (as frameworks do) hit
+    endless recursion in the guard's attribute lookup."""
+    loader = ResumableDataLoader(list(range(8)), batch_size=2, shuffle=True, seed=0)
+    copied = copy.deepcopy(loader)
+    assert [batch.tolist() for batch in copied] == [batch.tolist() for batch in loader]
+    assert len(copied.batch_sampler) == 4

@@ -33,4 +33,7 @@ class RebuildGuard:
         )
 
     def __getattr__(self, name: str) -> Any:
+        # never for the copy and pickle protocols, nor before __init__ ran (a copy being built)
+        if name.startswith("__") or name == "_inner":
+            raise AttributeError(name)
         return getattr(self._inner, name)
