@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from dist_resume.checkpoint.collectives import distributed
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import Location
 
@@ -28,7 +29,7 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     shards, or load different runs; ranks that pass different steps would commit rank 0's
     step with every rank's data, and ranks that differ on ``async_save`` would wait for
     each other forever. ``verb`` ("save", "load") names the call in the error."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+    if not distributed() or dist.get_world_size(group) == 1:
         return
     place = (type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None))
     printable = loc.root if loc.is_local else loc.url  # a local root is absolute: cwd shows
