@@ -42,7 +42,6 @@ class ResumingIterator:
         self._length = length
         self._stream_length = stream_length
         self._ended = False
-        self._yielded = 0
 
     @property
     def _workers(self) -> list[Any]:
@@ -71,10 +70,8 @@ class ResumingIterator:
             self._exhausted()
             raise
         self._consumed()
-        if self._stream_length is not None and self._stream_length.reported is not None:
-            self._yielded += 1
-            if self._yielded > self._stream_length.reported:
-                self._stream_length.warn(self._yielded)
+        if self._stream_length is not None:
+            self._stream_length.count_batch()
         return batch
 
 
@@ -83,13 +80,18 @@ class StreamLength:
     more batches than that warns (worker replicas of a stream that is not split, say)."""
 
     def __init__(self, reported: int | None, dataset: Any, num_workers: int) -> None:
-        self.reported = reported
+        self._reported = reported
         self._dataset = dataset
         self._num_workers = num_workers
+        self._yielded = 0
 
-    def warn(self, yielded: int) -> None:
-        message = (f"Length of IterableDataset {self._dataset} was reported to be {self.reported} (when "
-                   f"accessing len(dataloader)), but {yielded} samples have been fetched. ")
+    def count_batch(self) -> None:
+        """One more batch of the pass was yielded; past the reported length, warn."""
+        self._yielded += 1
+        if self._reported is None or self._yielded <= self._reported:
+            return
+        message = (f"Length of IterableDataset {self._dataset} was reported to be {self._reported} (when "
+                   f"accessing len(dataloader)), but {self._yielded} samples have been fetched. ")
         if self._num_workers > 0:
             message += ("For multiprocessing data-loading, this could be caused by not properly configuring the "
                         "IterableDataset replica at each worker. Please see "
