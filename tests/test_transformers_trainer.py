@@ -110,6 +110,14 @@ def test_trainer_resumes_from_a_checkpoint_at_an_epochs_end(tmp_path):
     assert list(_trained(tmp_path).values()) == _expected(4, 14)
 
 
+def test_trainer_that_rebuilds_its_callbacks_from_the_checkpoint_resumes_exactly(tmp_path):
+    """restore_callback_states_from_checkpoint=True: Trainer replaces the mixin's callback by
+    one built from the checkpoint's entry, which must serve as well."""
+    _train(tmp_path, 8)
+    _train(tmp_path, 12, tmp_path / "checkpoints" / "checkpoint-6", restore_callback_states_from_checkpoint=True)
+    assert list(_trained(tmp_path).values()) == _expected(4, 12)
+
+
 def test_the_mixin_turns_off_trainers_batch_skipping(tmp_path):
     trainer = build_trainer(str(tmp_path), 4, 2, 6)
     assert trainer.args.ignore_data_skip is True

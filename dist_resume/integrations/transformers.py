@@ -31,7 +31,8 @@ from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.json_form import state_from_json, state_to_json
 from dist_resume.state.saved import decode
 
-# The name of the callback, and so of its entry in trainer_state.json's "stateful_callbacks".
+# The callback's class name, under which Trainer keeps its state in trainer_state.json's
+# "stateful_callbacks".
 CALLBACK_NAME = "ResumableLoaderState"
 
 
@@ -96,7 +97,6 @@ def _callback_type() -> type:
                 self.loader_state = json.loads(state_to_json(_every_rank(loader)))
                 self.global_step = state.global_step
 
-    ResumableLoaderState.__name__ = ResumableLoaderState.__qualname__ = CALLBACK_NAME
     return ResumableLoaderState
 
 
