@@ -169,6 +169,14 @@ def test_another_batch_size_in_the_same_epoch_resumes_exactly(tmp_path):
     assert head + rest == [sample for batch in _expected(4, 9) for sample in batch]
 
 
+def test_a_mid_epoch_resume_with_gradient_accumulation_that_divides_the_epoch_is_exact(tmp_path):
+    """9 batches per epoch, 3 per optimizer step; saved after 6 batches of epoch 0."""
+    _train(tmp_path, 2, save_steps=2, gradient_accumulation_steps=3)
+    _train(tmp_path, 6, tmp_path / "checkpoints" / "checkpoint-2", gradient_accumulation_steps=3)
+    batches = _expected(4, 18)
+    assert list(_trained(tmp_path).values()) == [sum(batches[i:i + 3], []) for i in range(0, 18, 3)]
+
+
 def test_a_mid_epoch_resume_with_a_partial_last_accumulation_is_refused(tmp_path):
     _train(tmp_path, 2, save_steps=2, gradient_accumulation_steps=2)
     with pytest.raises(ResumeStateError, match="resuming inside epoch 0, whose 9 batches gradient_accumulation_steps"
