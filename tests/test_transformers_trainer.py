@@ -127,7 +127,7 @@ def test_plain_trainer_mid_epoch_resume_is_refused_by_the_loader(tmp_path):
     """Without the mixin, Trainer's skip_first_batches rebuilds a DataLoader from the loader's
     batch_sampler (another order): the loader refuses, naming the recipe."""
     _train(tmp_path, 6, trainer_type=PlainTrainer)
-    with pytest.raises(ValueError, match="under HF Trainer, set TrainingArguments\\(ignore_data_skip=True\\)"):
+    with pytest.raises(ValueError, match="under HF Trainer, put dist_resume.integrations.transformers.ResumableTrainerMixin before Trainer"):
         _train(tmp_path, 8, tmp_path / "checkpoints" / "checkpoint-6", trainer_type=PlainTrainer)
 
 
