@@ -110,6 +110,12 @@ def test_trainer_resumes_from_a_checkpoint_at_an_epochs_end(tmp_path):
     assert list(_trained(tmp_path).values()) == _expected(4, 14)
 
 
+def test_trainer_saving_at_each_epochs_end_resumes_exactly(tmp_path):
+    _train(tmp_path, 11, save_strategy="epoch")
+    _train(tmp_path, 14, tmp_path / "checkpoints" / "checkpoint-9", save_strategy="epoch")
+    assert list(_trained(tmp_path).values()) == _expected(4, 14)
+
+
 def test_trainer_that_rebuilds_its_callbacks_from_the_checkpoint_resumes_exactly(tmp_path):
     """restore_callback_states_from_checkpoint=True: Trainer replaces the mixin's callback by
     one built from the checkpoint's entry, which must serve as well."""

@@ -81,11 +81,11 @@ class ExactTrainer(ResumableTrainerMixin, Trainer):
 def build_trainer(out_dir: str, batch_size: int, max_steps: int, save_steps: int, kill_at: int | None = None,
                   trainer_type: type[Trainer] = ExactTrainer, **arguments: object) -> Trainer:
     """The job's trainer; `arguments`: more TrainingArguments."""
-    arguments = TrainingArguments(
-        output_dir=os.path.join(out_dir, "checkpoints"), per_device_train_batch_size=batch_size, max_steps=max_steps,
-        save_strategy="steps", save_steps=save_steps, logging_strategy="no", report_to="none", use_cpu=True,
-        disable_tqdm=True, learning_rate=0.01, seed=0, **arguments,
-    )
+    arguments = TrainingArguments(**{
+        "output_dir": os.path.join(out_dir, "checkpoints"), "per_device_train_batch_size": batch_size,
+        "max_steps": max_steps, "save_strategy": "steps", "save_steps": save_steps, "logging_strategy": "no",
+        "report_to": "none", "use_cpu": True, "disable_tqdm": True, "learning_rate": 0.01, "seed": 0, **arguments,
+    })
     model = Recorder()
     trainer = trainer_type(model=model, args=arguments, train_dataset=Indices())
     trainer.add_callback(StepLog(os.path.join(out_dir, f"rank_{arguments.process_index}.jsonl"), model, kill_at))
