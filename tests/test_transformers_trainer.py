@@ -147,6 +147,17 @@ def test_a_trainer_whose_loader_is_not_resumable_is_refused(tmp_path):
         _train(tmp_path, 2, trainer_type=_DefaultLoader)
 
 
+class _OtherShard(ExactTrainer):
+    def get_train_dataloader(self) -> ResumableDataLoader:
+        return ResumableDataLoader(self.train_dataset, batch_size=4, rank=1, world_size=2)
+
+
+def test_a_loader_sharded_otherwise_than_the_trainers_processes_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="the loader shards over 2 rank\\(s\\) as rank 1, but this Trainer process is "
+                                         "0 of 1"):
+        _train(tmp_path, 2, trainer_type=_OtherShard)
+
+
 def test_a_checkpoint_saved_without_the_mixin_is_refused(tmp_path):
     _train(tmp_path, 6, trainer_type=PlainTrainer)
     with pytest.raises(ResumeStateError, match=r"the checkpoint Trainer resumes \(global step 6\) holds no loader "

@@ -49,7 +49,8 @@ class ResumableTrainerMixin:
     or another world size with the same global batch (`world_size x per-device batch size`,
     G2, G3). Sets `args.ignore_data_skip = True` (Trainer's batch skipping would train
     another order). A resume that cannot be exact is refused with `ResumeStateError` before
-    the first batch: a checkpoint without the loader's state, another global batch, or a
+    the first batch: a checkpoint without the loader's state, one that Trainer would count
+    in another epoch than the loader's (another global batch or gradient accumulation), or a
     resume inside an epoch whose batches `gradient_accumulation_steps` does not divide.
     """
 
@@ -92,7 +93,7 @@ def _callback_type() -> type:
 
         def _capture(self, state: Any, control: Any, loader: ResumableDataLoader) -> None:
             # Every rank decides alike (Trainer's flow is a function of the step), so every
-            # rank joins the gather; only rank 0's result is written.
+            # rank joins the gather; the processes that save (rank 0) write it.
             if control.should_save or control.should_evaluate:
                 self.loader_state = json.loads(state_to_json(_every_rank(loader)))
                 self.global_step = state.global_step
