@@ -21,6 +21,7 @@ from dist_resume.errors import (
     UnsafeCheckpointError,
 )
 from dist_resume.integrations.lightning import LightningLoader
+from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
@@ -41,6 +42,7 @@ __all__ = [
     "ResumableDataLoader",
     "ResumePlan",
     "ResumeStateError",
+    "ResumableTrainerMixin",
     "SaveHandle",
     "ShardedStream",
     "StorageError",
