@@ -15,13 +15,15 @@ from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
 from dist_resume.loader.defaults import data_parallel_shard, default_seed
 from dist_resume.loader.epochs import EpochChoice
-from dist_resume.loader.fetch import SeededDataset, SingleSample
+from dist_resume.loader.fetch import BatchRequest, SeededDataset, SingleSample
 from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
 from dist_resume.loader.rebuild_guard import RebuildGuard
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
 from dist_resume.loader.single_process import SingleProcessBatches, serves
 from dist_resume.loader.split_by_node import check_not_split_by_node
+from dist_resume.loader.unordered import (NumberedDataset, NumberedRequest, NumberingCollate, arrivals,
+                                          check_unordered, deliver)
 from dist_resume.positions.dataset_order import definition_digest
 from dist_resume.positions.elastic_plan import Plan
 from dist_resume.positions.layout import Layout, TailMode
@@ -107,11 +109,6 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         deterministic_transforms: bool | Iterable[str] = True,
         snapshot_every: int = 16,
     ) -> None:
-        if not in_order:
-            raise ValueError(
-                "in_order=False lets workers return batches out of order, so 'consumed' would not be "
-                "a prefix of the epoch; ResumableDataLoader needs in_order=True to resume exactly"
-            )
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -177,6 +174,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         self._pass_batches = -1  # batches of the pass being iterated (epoch order; -1: unknown)
         self._inner: DataLoader | None = None
         stateful_dataset = self._stream is None and is_stateful(dataset)
+        if not in_order:
+            check_unordered(dataset, self._sampling, stateful_dataset)
+        self._arrivals: collections.deque[int] = collections.deque()  # in_order=False: numbers of batches handed on
         self._dataset_states = DatasetStates(dataset, num_workers) if stateful_dataset else None
 
     # -- what the loader is -------------------------------------------------------
@@ -234,6 +234,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         loader = self._inner_loader()
         batches = SingleProcessBatches(loader) if serves(loader) else iter(loader)
         inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
+        if not self.in_order:
+            self._arrivals = collections.deque()
+            inner = arrivals(batches, self._arrivals)
         return self._resuming(inner, batches)
 
     def _resuming(self, inner: Iterator[Any], batches: Iterator[Any], stream_length: StreamLength | None = None
@@ -248,12 +251,14 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
             collate = self.collate_fn if self._auto_collation else SingleSample(self.collate_fn)
             if self._dataset_states is not None:
                 collate = TaggingCollate(collate)
+            dataset, wire = (SeededDataset, BatchRequest.wire) if self.in_order else (NumberedDataset, NumberedRequest.wire)
             self._inner = DataLoader(
-                SeededDataset(self.dataset, self.seed, self.deterministic_transforms),
+                dataset(self.dataset, self.seed, self.deterministic_transforms),
                 batch_sampler=RequestSampler(weakref.WeakMethod(self._requests), weakref.WeakMethod(self.__len__),
-                                             self.num_workers),
+                                             wire if self.num_workers else None),
                 num_workers=self.num_workers,
-                collate_fn=collate,
+                in_order=self.in_order,
+                collate_fn=collate if self.in_order else NumberingCollate(collate),
                 pin_memory=self.pin_memory,
                 timeout=self.timeout,
                 worker_init_fn=UserDatasetInit(self.worker_init_fn),
@@ -268,6 +273,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
+        if not self.in_order:
+            return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()
         if progress.batches == self._pass_batches:
