@@ -164,6 +164,10 @@ def _inspect(args: argparse.Namespace) -> int:
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
               f"= {rank_state.samples_consumed} samples consumed this epoch")
+        if rank in saved.delivered:  # in_order=False
+            ahead = saved.delivered[rank]
+            print(f"    out of order: its batches up to {ahead.frontier - 1} were consumed too, except "
+                  f"{', '.join(map(str, ahead.holes))}")
     for line in describe_mixture(state, saved):
         print(line)
     return 0

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset
 
-from dist_resume import Mixture, ResumableDataLoader
+from dist_resume import Mixture, ResumableDataLoader, save_checkpoint
+from dist_resume.cli import main
 from dist_resume.state.fields import ResumeStateError
 from tests.datasets import Augmented, Indices, Squares
 from tests.unordered_datasets import Gated
@@ -219,3 +220,17 @@ def test_an_impossible_delivered_entry_is_refused(values, message):
     state["rank_0"]["delivered"] = torch.tensor(values, dtype=torch.int64)
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         ResumableDataLoader(Squares(24), batch_size=4).load_state_dict(state)
+
+
+def test_inspect_shows_the_batches_delivered_beyond_the_prefix(tmp_path, capsys):
+    gate = multiprocessing.Event()
+    loader = gated_loader(gate)
+    iterator = iter(loader)
+    next(iterator)
+    save_checkpoint({"loader": loader.state_dict()}, str(tmp_path / "ckpt"), 1)
+    gate.set()
+    del iterator
+    assert main(["inspect", str(tmp_path / "ckpt")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == ["  rank 0: epoch 0 (in progress), 0 batches = 0 samples consumed this epoch",
+                          "    out of order: its batches up to 1 were consumed too, except 0"]

@@ -67,6 +67,13 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
       `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
       per batch).
 
+    - `in_order=False` (map-style datasets and Mixtures in the loader's own order): batches
+      reach the loop in the order workers finish them, as with torch's DataLoader. The state
+      records the consumed prefix and the batches delivered beyond it (at most
+      `num_workers * prefetch_factor` missing ones); a resume, at any world size, batch size
+      or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
+      own seed (G4), in an order that is not the uninterrupted one (no G3).
+
     An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
     a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
 
