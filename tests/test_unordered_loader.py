@@ -10,12 +10,15 @@ from collections import Counter
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.utils.data import IterableDataset
 
 from dist_resume import Mixture, ResumableDataLoader, save_checkpoint
 from dist_resume.cli import main
+from dist_resume.state.delivered import DELIVERED_KEY
 from dist_resume.state.fields import ResumeStateError
 from tests.datasets import Augmented, Indices, Squares
+from tests.layout import committed_dir
 from tests.unordered_datasets import Gated
 
 
@@ -84,8 +87,8 @@ def test_the_state_holds_the_prefix_and_the_batches_delivered_beyond_it():
     entry = state["rank_0"]
     progress = dict(zip(("batches", "samples"), entry["progress"][12:14].tolist()))
     assert progress == {"batches": 0, "samples": 0}  # batch 0 was not consumed: the prefix is empty
-    assert entry["delivered"].tolist() == [2, 0]  # batches below 2 were delivered, except batch 0
-    assert len(entry["delivered"]) * 8 <= 4096
+    assert entry[DELIVERED_KEY].tolist() == [2, 0]  # batches below 2 were delivered, except batch 0
+    assert len(entry[DELIVERED_KEY]) * 8 <= 4096
 
 
 @pytest.mark.parametrize("world_size, batch_size", [(1, 4), (1, 3), (3, 2)])
@@ -217,7 +220,7 @@ def test_what_in_order_false_does_not_support_is_refused(dataset, kwargs, messag
 def test_an_impossible_delivered_entry_is_refused(values, message):
     loader = ResumableDataLoader(Squares(24), batch_size=4)
     state = loader.state_dict()
-    state["rank_0"]["delivered"] = torch.tensor(values, dtype=torch.int64)
+    state["rank_0"][DELIVERED_KEY] = torch.tensor(values, dtype=torch.int64)
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         ResumableDataLoader(Squares(24), batch_size=4).load_state_dict(state)
 
@@ -234,3 +237,18 @@ def test_inspect_shows_the_batches_delivered_beyond_the_prefix(tmp_path, capsys)
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2:] == ["  rank 0: epoch 0 (in progress), 0 batches = 0 samples consumed this epoch",
                           "    out of order: its batches up to 1 were consumed too, except 0"]
+
+
+def test_plain_dcp_load_of_a_state_with_holes_names_the_entry_point(tmp_path):
+    gate = multiprocessing.Event()
+    loader = gated_loader(gate)
+    iterator = iter(loader)
+    next(iterator)
+    save_checkpoint({"loader": loader}, str(tmp_path), 1)
+    gate.set()
+    del iterator
+    fresh = gated_loader(gate)
+    with pytest.raises(BaseException, match=re.escape(f"rank_0.{DELIVERED_KEY}")):  # DCP's CheckpointException
+        dcp.load({"loader": fresh}, checkpoint_id=str(committed_dir(tmp_path, 1)))
+    fresh.load_state_dict(loader.state_dict())  # the whole state: the holes are re-planned
+    assert sorted(indices_of(fresh)) == [i for i in range(24) if i not in (4, 5, 6, 7)]

@@ -11,7 +11,7 @@ from dist_resume.loader.progress import Progress
 from dist_resume.positions.dataset_order import definition_digest, resume_definition, save_definition
 from dist_resume.positions.remap import resume_rank
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
-from dist_resume.state.delivered import DELIVERED_KEY
+from dist_resume.state.delivered import DELIVERED_KEY, Delivered
 from dist_resume.state.fields import FORMAT_VERSION, RankState, encode, plan_digest, rank_key
 from dist_resume.state.saved import decode
 from dist_resume.streams.cursor import STREAM_KEY
@@ -51,8 +51,9 @@ class LoaderState:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
             state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
-        if progress.delivered is not None and progress.delivered.ahead:
-            state_dict[rank_key(self.rank)][DELIVERED_KEY] = progress.delivered.encode()
+        if not self.in_order:
+            delivered = progress.delivered if progress.delivered is not None else Delivered(progress.batches)
+            state_dict[rank_key(self.rank)][DELIVERED_KEY] = delivered.encode()
         sampler_rng = self._sampler_rng.state()
         if sampler_rng is not None:
             state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng

@@ -5,9 +5,13 @@ Saved as the batches *not* delivered below the highest delivered one (the holes)
 is only ever missing there while it is in flight, so the state holds at most
 `num_workers * prefetch_factor` of them, whatever the dataset's length (G5).
 
-Entry of rank `r` when it delivered beyond its prefix (absent otherwise)::
+Entry of rank `r` of a loader with `in_order=False` (absent with `in_order=True`)::
 
-    "rank_r": {"delivered": int64[1 + H]}   # [frontier, hole, hole, ...], holes ascending
+    "rank_r": {DELIVERED_KEY: int64[1 + H]}   # [frontier, hole, hole, ...], holes ascending
+
+Its size changes with the holes, so plain `dcp.load` of a state with holes into a fresh
+loader fails DCP's size check on a key whose name says what to use: holes are re-planned
+over every rank, which needs every rank's entry (`load_checkpoint` gives them).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 
 from dist_resume.state.fields import ResumeStateError
 
-DELIVERED_KEY = "delivered"
+DELIVERED_KEY = "delivered__load_with_dist_resume_load_checkpoint"
 
 
 class Delivered:
@@ -69,9 +73,11 @@ class Delivered:
             raise ResumeStateError(f"loader state entry {key!r} has no non-empty 1-D int64 {DELIVERED_KEY!r} tensor")
         frontier, *holes = values.tolist()
         ascending = all(a < b for a, b in zip(holes, holes[1:]))
+        if not holes and frontier == prefix:
+            return cls(frontier)
         if not holes or holes[0] != prefix or not ascending or not holes[-1] < frontier:
             raise ResumeStateError(
-                f"loader state entry {key!r} is impossible: {DELIVERED_KEY} {[frontier, *holes]} is not a frontier "
+                f"loader state entry {key!r} is impossible: delivered {[frontier, *holes]} is not a frontier "
                 f"above ascending holes that start at its {prefix} consumed batches"
             )
         return cls(frontier, holes)

@@ -140,7 +140,9 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
         if SAMPLER_KEY in entry:
             samplers[state.rank] = entry[SAMPLER_KEY]
         if DELIVERED_KEY in entry:
-            delivered[state.rank] = Delivered.decode(entry[DELIVERED_KEY], key, state.batches_consumed)
+            ahead = Delivered.decode(entry[DELIVERED_KEY], key, state.batches_consumed)
+            if ahead.ahead:
+                delivered[state.rank] = ahead
     if not ranks:
         raise ResumeStateError("loader state has no rank entries (expected keys like 'rank_0')")
     plan = state_dict.get(PLAN_KEY)
