@@ -252,3 +252,16 @@ def test_plain_dcp_load_of_a_state_with_holes_names_the_entry_point(tmp_path):
         dcp.load({"loader": fresh}, checkpoint_id=str(committed_dir(tmp_path, 1)))
     fresh.load_state_dict(loader.state_dict())  # the whole state: the holes are re-planned
     assert sorted(indices_of(fresh)) == [i for i in range(24) if i not in (4, 5, 6, 7)]
+
+
+def test_persistent_workers_pinned_memory_and_single_samples_resume_out_of_order():
+    loader = ResumableDataLoader(Indices(20), batch_size=3, num_workers=2, in_order=False, persistent_workers=True,
+                                 pin_memory=True, shuffle=True, seed=1)
+    assert sorted(int(i) for batch in loader for i in batch) == list(range(20))  # epoch 0, whole
+    iterator = iter(loader)
+    before = [int(i) for _ in range(3) for i in next(iterator)]
+    loader.load_state_dict(loader.state_dict())  # the same workers serve the resume
+    after = [int(i) for batch in loader for i in batch]
+    assert sorted(before + after) == list(range(20)) and loader.epoch == 2
+    single = ResumableDataLoader(Indices(10), batch_size=None, num_workers=2, in_order=False)
+    assert sorted(int(sample) for sample in single) == list(range(10))

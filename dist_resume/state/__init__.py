@@ -1,5 +1,6 @@
 """The loader's saved-state format (G5, G6): the int64 fields of each rank's entry and the
-keys around them (`fields`), decoding and checking a loaded state (`saved`), and the same
+keys around them (`fields`), decoding and checking a loaded state (`saved`), the batches
+delivered beyond the consumed prefix with in_order=False (`delivered`), and the same
 state as JSON text (`json_form`). Imports `randomness` (seeds) only: everything that saves
 or reads a loader state stands on it."""
 
