@@ -3,11 +3,17 @@ elastic plan of its holes, for any delivery order and any chain of resumes (hypo
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dist_resume import plan_resume
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.layout import TailMode
+from dist_resume.positions.rank_batches import rank_positions
 from dist_resume.state.delivered import DELIVERED_KEY, Delivered
 from dist_resume.state.fields import rank_key
 
@@ -107,8 +113,6 @@ def test_every_position_exactly_once_across_out_of_order_resumes(data, length, m
 
 def _positions(job, rank: int, batch: int) -> list[int]:
     """The real positions (padding left out) of batch `batch` of `rank` in `job`."""
-    from dist_resume.positions.rank_batches import rank_positions
-
     positions, _ = rank_positions(job.plan, job.layout, rank, batch, batch + 1)
     padding = job.layout.batch(rank, batch).padding
     values = positions.tolist()
@@ -124,3 +128,19 @@ def test_the_holes_survive_the_plan_encoding():
     assert resumed.plan.encode() == [0, 1, 0, 2, 4, 3, 1, 2, 0, 0, 0, 0, 0, 1]
     first = [batch.positions for rank in range(3) for batch in list(resumed.batches(rank))[:1]]
     assert first == [[0, 1], [2, 3], [8, 9]]  # rank 0's holes (batches 0, 1), then the catch-up
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ([0, 1, 0, 2, 4, 3, 1, 1, 0, 1], "elastic plan's holes are truncated"),
+        ([0, 1, 0, 2, 4, 3, 1, 0], "elastic plan's holes are truncated"),
+        ([0, 1, 0, 2, 4, 3, 1, 1, 1, 0, 0], "elastic plan has a hole in level 1 of 1"),
+        ([0, 1, 0, 2, 4, 3, 1, 1, 0, 1, 1], "hole (rank 1, batch 1) is not a batch its rank passed"),
+        ([0, 1, 0, 2, 4, 3, 1, 2, 0, 0, 1, 0, 0, 0], "holes [(0, 1), (0, 0)] are not in global-step order"),
+        ([0, 1, 8, 0, 0, 1, 0, 0, 0], "hole (rank 0, batch 0) is not a batch its rank passed"),
+    ],
+)
+def test_a_damaged_plan_of_holes_is_refused(values, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Plan.decode(values, 40, TailMode.PAD, 0)

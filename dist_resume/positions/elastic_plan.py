@@ -53,6 +53,7 @@ class _BoundLevel:
         self._final_offsets: list[int] = []
         self.first_access = level.base
         if level.world_size == 0:
+            self._check_holes(level)
             self.catch_up = 0
             self.tail_start = 0
             self.length = shifted_length
