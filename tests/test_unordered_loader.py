@@ -265,3 +265,10 @@ def test_persistent_workers_pinned_memory_and_single_samples_resume_out_of_order
     assert sorted(before + after) == list(range(20)) and loader.epoch == 2
     single = ResumableDataLoader(Indices(10), batch_size=None, num_workers=2, in_order=False)
     assert sorted(int(sample) for sample in single) == list(range(10))
+
+
+def test_a_mixtures_progress_counts_the_batches_delivered_beyond_the_prefix():
+    mixture = Mixture({"a": Indices(10), "b": Indices(6)}, {"a": 2, "b": 1}, length=24)
+    state = ResumableDataLoader(mixture, batch_size=4, in_order=False, seed=4).state_dict()
+    state["rank_0"][DELIVERED_KEY] = torch.tensor([3, 0], dtype=torch.int64)  # batches 1 and 2 delivered
+    assert mixture.progress(state) == mixture.progress(12) != mixture.progress(0)
