@@ -272,3 +272,18 @@ def test_a_mixtures_progress_counts_the_batches_delivered_beyond_the_prefix():
     state = ResumableDataLoader(mixture, batch_size=4, in_order=False, seed=4).state_dict()
     state["rank_0"][DELIVERED_KEY] = torch.tensor([3, 0], dtype=torch.int64)  # batches 1 and 2 delivered
     assert mixture.progress(state) == mixture.progress(12) != mixture.progress(0)
+
+
+def test_a_resume_of_holes_needs_every_ranks_state():
+    gate = multiprocessing.Event()
+    loader = gated_loader(gate, rank=0, world_size=2)
+    iterator = iter(loader)
+    next(iterator)
+    state = loader.state_dict()  # rank 0's entry only
+    gate.set()
+    del iterator
+    message = ("loader state holds ranks [0] of a world of 2, ranks [1] are missing: resuming batches delivered "
+               "out of order (in_order=False) at world size 2, batch size 4 (saved: world size 2, batch size 4) "
+               "needs every rank's state (use dist_resume.load_checkpoint, or merge the state_dict() of every rank)")
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
+        gated_loader(gate, rank=0, world_size=2).load_state_dict(state)

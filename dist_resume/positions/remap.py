@@ -130,8 +130,10 @@ class _Resumer:
                 f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
                 "(a custom sampler's indices cannot be re-partitioned over ranks)"
             )
-        epoch = saved.one_epoch(f"at world size {world_size}, batch size {batch_size}",
-                                f"world size {any_state.world_size}, batch size {any_state.batch_size}",
+        resuming = f"at world size {world_size}, batch size {batch_size}"
+        if saved.delivered:
+            resuming = f"batches delivered out of order (in_order=False) {resuming}"
+        epoch = saved.one_epoch(resuming, f"world size {any_state.world_size}, batch size {any_state.batch_size}",
                                 "world size or batch size")
         plan = self._plan_of(epoch)
         old_layout = Layout(plan.length, any_state.world_size, any_state.batch_size, self.mode)
