@@ -32,7 +32,7 @@ FIGURES = {
     "B6F": "b6_floors",  # the fixed costs behind B6
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
-    "B7": "b7_unordered",  # stragglers, in_order=False
+    "B9": "b9_unordered",  # stragglers, in_order=False
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

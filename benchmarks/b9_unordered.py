@@ -1,4 +1,4 @@
-"""B7: batches/s with stragglers, in_order=False vs in_order=True (issue 22)."""
+"""B9: batches/s with stragglers, in_order=False vs in_order=True (issue 22)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class StragglerDataset(Dataset):
 
 
 def run(quick: bool) -> list[FigureResult]:
-    result = FigureResult("B7", "batches/s with stragglers, out-of-order delivery (higher is better)", "batches/s")
+    result = FigureResult("B9", "batches/s with stragglers, out-of-order delivery (higher is better)", "batches/s")
     dataset = StragglerDataset(512 if quick else 1024)
     shared = dict(batch_size=_BATCH, shuffle=True, num_workers=_WORKERS)
     loaders = {
