@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_straggler_figure_compares_the_four_loaders(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B9", "--out", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True, timeout=600)
-    figure = json.loads((tmp_path / "latest.json").read_text())["figures"]["B9"]
+    figure = json.loads((tmp_path / "B9.json").read_text())["figures"]["B9"]
     assert {row["series"] for row in figure["rows"]} == {
         "ResumableDataLoader in_order=False", "ResumableDataLoader in_order=True",
         "torch DataLoader in_order=False", "torch DataLoader in_order=True"}
