@@ -45,7 +45,9 @@ class BatchSkipping:
             self._switch_epoch(progress.epoch)  # the epoch the next iter() would start
             progress = self._progress
         layout = self._layout(progress)
-        span = skip_span(progress.plan, layout, self.rank, progress.batches, batches)
+        # A rank that has served all its batches (with even_batches=False, one fewer than
+        # rank 0's, perhaps) has nothing left of the epoch to skip.
+        span = skip_span(progress.plan, layout, self.rank, progress.batches, 0 if progress.finished else batches)
         if span.steps:
             progress.batches += span.rank_batches
             progress.samples += span.rank_slots
