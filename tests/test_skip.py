@@ -191,3 +191,26 @@ def test_inspect_shows_what_was_skipped(tmp_path: Path, capsys: pytest.CaptureFi
         "  skipped by loader.skip(), never trained (global batches and positions of each epoch):",
         "    epoch 0: global batches 1 to 2 (2), positions 6 to 17 (12)",
     ]
+
+
+def test_a_mixture_skips_by_position_too() -> None:
+    """A Mixture maps positions to (source, index) itself: the resumed ranks train the
+    uninterrupted run's samples minus the skipped global batches 1-3, at another world size."""
+    from tests.mixture_datasets import mixture, samples
+
+    def loaders(world_size: int) -> list[ResumableDataLoader]:
+        return [ResumableDataLoader(mixture(), batch_size=4, seed=9, rank=rank, world_size=world_size,
+                                    even_batches=False) for rank in range(world_size)]
+
+    reference = [[samples(batch) for batch in loader] for loader in loaders(2)]
+    positions = {p: batch[i] for rank, batches in enumerate(reference) for step, batch in enumerate(batches)
+                 for i, p in enumerate(range(step * 8 + rank * 4, step * 8 + rank * 4 + len(batch)))}
+    job = loaders(2)
+    trained = [samples(next(iter(loader))) for loader in job]
+    assert [loader.skip(3) for loader in job] == [3, 3]
+    resumed = loaders(1)[0]
+    resumed.load_state_dict(_merged(job))
+    trained += [samples(batch) for batch in resumed]
+    assert sorted(s for batch in trained for s in batch) == sorted(
+        positions[p] for p in [*range(8), *range(32, 60)])
+    assert [str(r) for r in resumed.skipped] == ["epoch 0: global batches 1 to 3 (3), positions 8 to 31 (24)"]
