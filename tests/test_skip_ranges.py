@@ -101,3 +101,14 @@ def test_a_skip_passes_over_exactly_the_positions_of_its_global_batches(case) ->
     if positions:
         assert (span.first_position, span.stop_position) == (min(positions), max(positions) + 1)
 
+
+
+def test_a_merged_range_says_what_it_spans_and_how_much_of_it_was_skipped() -> None:
+    ledger = SkipLedger()
+    for epoch in range(MAX_SKIPPED_RANGES + 1):
+        ledger = ledger.adding(SkippedRange(epoch, 3, 96, epoch, 5, 160, 2, 64))
+    merged, *rest = ledger.ranges
+    assert not merged.exact and all(r.exact for r in rest)
+    assert str(merged) == ("epoch 0 global batch 3 to epoch 1 global batch 4: 4 of these global batches, and 128 "
+                           "positions between epoch 0 position 96 and epoch 1 position 159, were skipped")
+    assert str(rest[0]) == "epoch 2: global batches 3 to 4 (2), positions 96 to 159 (64)"
