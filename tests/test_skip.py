@@ -214,3 +214,34 @@ def test_a_mixture_skips_by_position_too() -> None:
     assert sorted(s for batch in trained for s in batch) == sorted(
         positions[p] for p in [*range(8), *range(32, 60)])
     assert [str(r) for r in resumed.skipped] == ["epoch 0: global batches 1 to 3 (3), positions 8 to 31 (24)"]
+
+
+
+def test_after_the_epochs_end_no_rank_skips_any_of_it(tmp_path: Path) -> None:
+    """even_batches=False, 20 samples, 2 ranks x 3: rank 0 serves 4 batches, rank 1 three.
+    Resumed from a state saved once both are done, skip finds nothing left on either rank
+    (rank 1 must not skip rank 0's final batch), so their records agree."""
+    def job() -> list[ResumableDataLoader]:
+        return [ResumableDataLoader(ReadLog(20, str(tmp_path / "reads.log")), batch_size=3, seed=1, rank=rank,
+                                    world_size=2, even_batches=False) for rank in range(2)]
+
+    done = job()
+    for loader, batches in zip(done, (4, 3)):  # every batch, the pass not yet ended
+        iterator = iter(loader)
+        for _ in range(batches):
+            next(iterator)
+    resumed = job()
+    for loader in resumed:
+        loader.load_state_dict(_merged(done))
+        with pytest.warns(UserWarning, match=r"^ResumableDataLoader.skip\(1\) stopped at the end of epoch 0: 0 global"):
+            assert loader.skip(1) == 0
+        assert loader.skipped == ()
+        assert list(loader) == []
+
+
+def test_set_epoch_after_a_skip_keeps_it(tmp_path: Path) -> None:
+    """A resumed loop calls set_epoch unconditionally: it keeps the skipped position."""
+    loader = _loader(tmp_path / "reads.log")
+    loader.skip(2)
+    loader.set_epoch(0)
+    assert _flat(loader) == _indices(range(6, 20))
