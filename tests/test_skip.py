@@ -245,3 +245,18 @@ def test_set_epoch_after_a_skip_keeps_it(tmp_path: Path) -> None:
     loader.skip(2)
     loader.set_epoch(0)
     assert _flat(loader) == _indices(range(6, 20))
+
+
+def test_lightning_saves_every_ranks_skips(tmp_path: Path) -> None:
+    """Under DDP, LightningLoader rebuilds every rank's entry from its own: the skipped
+    ranges go into each, so a resume at another world size keeps them."""
+    from dist_resume import LightningLoader
+
+    job = _job(2, 3, tmp_path / "reads.log")
+    job[0].skip(2)
+    state = LightningLoader(job[0]).state_dict()
+    assert torch.equal(state["rank_1"][SKIPS_KEY], state["rank_0"][SKIPS_KEY])
+    resumed = _job(3, 2, tmp_path / "reads.log")[0]
+    resumed.load_state_dict(state)
+    assert [str(r) for r in resumed.skipped] == ["epoch 0: global batches 0 to 1 (2), positions 0 to 11 (12)"]
+    assert _flat(resumed) == [12, 13, 18, 19, 24, 25]
