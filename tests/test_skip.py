@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset, SequentialSampler
 
-from dist_resume import ResumableDataLoader, ShardedStream, save_checkpoint
+from dist_resume import ResumableDataLoader, ShardedStream, plan_resume, save_checkpoint
 from dist_resume.cli import main
 from dist_resume.positions.epoch_order import EpochOrder
 from dist_resume.state.fields import ResumeStateError
@@ -140,6 +140,9 @@ def test_skips_survive_a_resume_at_another_world_size_and_batch_size(tmp_path: P
     before = _job(2, 3, log)
     trained = [_flat([next(iter(loader))]) for loader in before]
     assert [loader.skip(2) for loader in before] == [2, 2]
+    plan = plan_resume(_merged(before), 3, 1)  # what `dist-resume plan` shows: the skipped are consumed
+    assert sorted(p for rank in range(3) for batch in plan.batches(rank)
+                  for p in batch.positions[:len(batch.positions) - batch.padding]) == list(range(18, 30))
     after = _job(3, 1, log)
     for loader in after:
         loader.load_state_dict(_merged(before))
