@@ -42,9 +42,9 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     places = _disagreement([(theirs, shown) for theirs, shown, _, _ in every])  # type: ignore[misc]
     differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs, _ in every])  # type: ignore[misc]
                  for name in arguments}
-    loaders = sorted({key for *_, theirs in every for key in theirs})  # type: ignore[misc]
-    skips = {key: _disagreement([(theirs.get(key), theirs.get(key, "no such loader")) for *_, theirs in every])  # type: ignore[misc]
-             for key in loaders}
+    loader_skips = [theirs for *_, theirs in every]  # type: ignore[misc]
+    skips = {key: _disagreement([(theirs.get(key), theirs.get(key, "no such loader")) for theirs in loader_skips])
+             for key in sorted({key for theirs in loader_skips for key in theirs})}
     problems, advice = [], []
     if places is not None:
         problems.append(f"do not name the same checkpoint location ({places})")
