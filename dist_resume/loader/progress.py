@@ -64,7 +64,7 @@ class ResumingIterator:
             self._inner = iter(())
             raise RuntimeError(
                 "this ResumableDataLoader iterator is stale: the loader was re-iterated, or "
-                "load_state_dict()/set_epoch() moved it; call iter(loader) to continue from its position"
+                "load_state_dict()/set_epoch()/skip() moved it; call iter(loader) to continue from its position"
             )
         try:
             batch = next(self._inner)

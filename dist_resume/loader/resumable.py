@@ -21,6 +21,7 @@ from dist_resume.loader.rebuild_guard import RebuildGuard
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
 from dist_resume.loader.single_process import SingleProcessBatches, serves
+from dist_resume.loader.skipping import BatchSkipping
 from dist_resume.loader.split_by_node import check_not_split_by_node
 from dist_resume.loader.unordered import (NumberedDataset, NumberedRequest, NumberingCollate, arrivals,
                                           check_unordered, deliver)
@@ -30,6 +31,7 @@ from dist_resume.positions.layout import Layout, TailMode
 from dist_resume.randomness.per_sample import parse_choice
 from dist_resume.randomness.sampler import SamplerRandomness
 from dist_resume.state.fields import Identity, Sampling
+from dist_resume.state.skips import SkipLedger
 from dist_resume.streams.cursor import StreamCursor
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.workers.roles import UserDatasetInit, is_stateful
@@ -37,7 +39,7 @@ from dist_resume.workers.roles import UserDatasetInit, is_stateful
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T_co]):
+class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState, DataLoader[_T_co]):
     """A drop-in `torch.utils.data.DataLoader` that can stop anywhere and resume on the
     exact next sample, at the same or another world size (GUARANTEES G1-G6).
 
@@ -84,6 +86,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
     loaded position: a state taken after the epoch's last batch but before the iterator
     ended resumes into no batches; one taken after it ended resumes at the next epoch.
     An iterator that was running stops with an error rather than mix states.
+    `skip(batches)` passes over the next global batches without reading them (see `skip`).
     `set_epoch(e)` is forwarded to the dataset and to a sampler or batch sampler that
     define it, for every epoch the loader serves.
     """
@@ -174,6 +177,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         # The elastic plan this job loaded: fixed until the next load, so that every rank
         # saves the same replicated value (DCP keeps one copy of it), whatever its epoch.
         self._plan_values: list[int] = []
+        self._skips = SkipLedger()  # what skip() passed over, saved with the state
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
         self._sampler_rng = SamplerRandomness(self._user_sampler)  # a random one's generator state
         self._generation = 0

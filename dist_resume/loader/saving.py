@@ -47,6 +47,7 @@ class LoaderState:
             sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
         state_dict = encode(state, self._plan_values, sampler_state)
         save_definition(self.dataset, state_dict)
+        self._skips_entry(state_dict)
         if self._stream is not None:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
@@ -88,7 +89,9 @@ class LoaderState:
             finished = resume.plan.length == 0
         else:
             finished = bool(saved.ranks[self.rank].epoch_finished)
+        skips = self._saved_skips(state_dict, saved, resume.remapped)
         self._adopt(length, seed, adopt_definition)
+        self._skips = skips
         adopt_dataset_states()
         adopt_sampler_rng()
         self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values
