@@ -287,3 +287,30 @@ def test_a_resume_of_holes_needs_every_ranks_state():
                "needs every rank's state (use dist_resume.load_checkpoint, or merge the state_dict() of every rank)")
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         gated_loader(gate, rank=0, world_size=2).load_state_dict(state)
+
+
+def test_skip_while_batches_are_out_of_order_is_refused_and_in_order_it_is_exact():
+    """skip() cannot pass over an epoch whose prefix has holes in flight. Without holes it
+    skips from the prefix, and the next pass numbers its batches from there: no skipped
+    batch is taken for a hole, none is trained twice."""
+    gate = multiprocessing.Event()
+    loader = gated_loader(gate)
+    iterator = iter(loader)
+    assert next(iterator)[0].tolist() == [4, 5, 6, 7]
+    message = ("skip() cannot pass over batches while this pass delivered some out of order (in_order=False) "
+               "beyond its consumed prefix (batches 0 are still in flight): skip between passes, or after "
+               "load_state_dict / load_checkpoint")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        loader.skip(1)
+    gate.set()
+    del iterator
+    gate = multiprocessing.Event()
+    gate.set()
+    loader = ResumableDataLoader(Gated(24, set(), gate), batch_size=4, num_workers=0, in_order=False, seed=9)
+    iterator = iter(loader)
+    assert next(iterator)[0].tolist() == [0, 1, 2, 3]
+    assert loader.skip(2) == 2  # batches 1 and 2: samples 4-11
+    iterator = iter(loader)
+    assert [next(iterator)[0].tolist() for _ in range(3)] == [list(range(k, k + 4)) for k in (12, 16, 20)]
+    assert loader.state_dict()["rank_0"][DELIVERED_KEY].tolist() == [6]  # no hole left behind
+    assert list(iterator) == []

@@ -44,6 +44,12 @@ class BatchSkipping:
         if progress is not self._progress:
             self._switch_epoch(progress.epoch)  # the epoch the next iter() would start
             progress = self._progress
+        if progress.delivered is not None and progress.delivered.ahead:
+            raise ValueError(
+                "skip() cannot pass over batches while this pass delivered some out of order (in_order=False) "
+                f"beyond its consumed prefix (batches {', '.join(map(str, progress.delivered.holes))} are still in "
+                "flight): skip between passes, or after load_state_dict / load_checkpoint"
+            )
         layout = self._layout(progress)
         # A rank that has served all its batches (with even_batches=False, one fewer than
         # rank 0's, perhaps) has nothing left of the epoch to skip.
@@ -52,6 +58,7 @@ class BatchSkipping:
             progress.batches += span.rank_batches
             progress.samples += span.rank_slots
             progress.finished = progress.batches == layout.num_batches(self.rank)
+            progress.delivered = None  # in_order=False: the next pass numbers its batches from the new prefix
             first = self._skips.global_batch(progress.epoch, span.first_step)
             self._skips = self._skips.adding(SkippedRange(
                 progress.epoch, first, span.first_position, progress.epoch, first + span.steps,
