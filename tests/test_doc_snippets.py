@@ -20,6 +20,7 @@ import shlex
 import socket
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,21 +73,41 @@ ALL_BLOCKS = [block for page in pages() for block in blocks(page)]
 PYTHON = [block for block in ALL_BLOCKS if block.language == "python"]
 
 
+PARALLEL = 2  # snippets run at once: most of each is importing torch, one core each
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("block", [b for b in PYTHON if b.not_run is None], ids=lambda b: b.name)
-def test_python_snippet_runs_as_written(block: Block, tmp_path: Path) -> None:
+def _run(block: Block, directory: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env.pop("PYTHONPATH", None)  # the snippet sees the installed package, as a user's script does
-    script = tmp_path / "snippet.py"
+    directory.mkdir()
+    script = directory / "snippet.py"
     script.write_text(block.text)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=SNIPPET_TIMEOUT, check=False)
+    return subprocess.run([sys.executable, str(script)], cwd=directory, env=env, capture_output=True,
+                          text=True, timeout=SNIPPET_TIMEOUT, check=False)
+
+
+@pytest.fixture(scope="module")
+def snippet_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
+    """Every selected snippet, started PARALLEL at a time when the first of them is tested."""
+    selected = [item.callspec.params["block"] for item in request.session.items
+                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)]
+    root = tmp_path_factory.mktemp("snippets")
+    pool = ThreadPoolExecutor(PARALLEL)
+    request.addfinalizer(pool.shutdown)
+    return {block.name: pool.submit(_run, block, root / f"snippet{number}") for number, block in enumerate(selected)}
+
+
+@pytest.mark.slow  # each snippet is a fresh interpreter importing torch: about 3 s of CPU each
+@pytest.mark.parametrize("block", [b for b in PYTHON if b.not_run is None], ids=lambda b: b.name)
+def test_python_snippet_runs_as_written(block: Block, snippet_runs: dict[str, Future]) -> None:
+    result = snippet_runs[block.name].result()
     assert result.returncode == 0, f"{block.name} failed:\n{result.stdout}\n{result.stderr}"
 
 
