@@ -119,17 +119,29 @@ def test_every_skipped_snippet_says_why() -> None:
     assert len(marked) == len(skipped), "a `not run` marker must stand directly above a ```python fence"
 
 
-def test_relative_links_lead_to_files() -> None:
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces
+    made hyphens."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_relative_links_lead_to_files_and_headings() -> None:
+    """Links to pages that other branches add fail here until those pages are present."""
     missing = []
     for page in pages():
         text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
         for target in LINK.findall(text):
-            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-                continue  # a web address, or a place in the page itself
-            path = target.split("#", 1)[0]
-            if not (page.parent / path).exists():
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            linked = page.parent / path if path else page
+            if not linked.exists():
                 missing.append(f"{page.relative_to(ROOT)}: {target}")
-    assert missing == []
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                missing.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not missing, "links that lead nowhere:\n" + "\n".join(missing)
 
 
 def _command_lines() -> list[tuple[str, list[str]]]:
