@@ -202,7 +202,7 @@ def _problems(words: list[str], subcommands: dict[str, bool]) -> list[str]:
     for arg in args:
         if re.fullmatch(r"[\w./-]+\.(py|sh)", arg) and not (ROOT / arg).is_file():
             problems.append(f"no file {arg}")
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 def test_documented_commands_name_what_exists() -> None:
