@@ -2,7 +2,7 @@
 
 Pure arithmetic over the saved rank entries (no process group, no communication): every
 new rank computes the same plan on its own. Work and memory are O(old ranks + new ranks).
-Guarantees kept (see GUARANTEES.md): G2 — every position of the epoch is consumed once
+Guarantees kept (see docs/guarantees.md): G2 — every position of the epoch is consumed once
 across all resumes, whatever the world sizes; G3 — positions are consumed in the same
 global-step order; with an unchanged global batch and ranks that stopped after the same
 step, global step k holds the same samples.
