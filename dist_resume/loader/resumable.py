@@ -137,7 +137,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers) if isinstance(dataset, IterableDataset) else None
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size,
+                                    batch_size or 1) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -194,6 +195,11 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
+        if self._stream is not None:
+            fresh = progress is not self._progress  # the next iter() starts a new epoch
+            remaining = self._stream.num_batches(self, progress.epoch, self.rank, fresh)
+            if remaining >= 0:
+                return progress.batches + remaining
         return super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
@@ -225,6 +231,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         # Fixed while this pass's iterator is current: anything that moves the loader makes it stale.
         epoch_order = self._sampling is Sampling.EPOCH_ORDER
         self._pass_batches = self._layout(self._progress).num_batches(self.rank) if epoch_order else -1
+        if self._stream is not None and self._stream.num_batches(self, self._progress.epoch, self.rank) >= 0:
+            self._pass_batches = self._progress.batches + self._stream.num_batches(self, self._progress.epoch, self.rank)
         if self._stream is not None:
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)

@@ -1,0 +1,40 @@
+"""One canonical stream's items, read by index: forward through its shards, skipping
+whole shards by their item counts without opening them."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dist_resume.streams.shard_files import ShardItems
+
+
+class CanonicalReader:
+    """The items of `shards` ((url, shard index, item count), in reading order), one after another."""
+
+    def __init__(self, shards: Sequence[tuple[str, int, int]], items: ShardItems) -> None:
+        self._shards = list(shards)
+        self._items = items
+        self._ends = list(itertools.accumulate(count for _, _, count in self._shards))
+        self._position = -1  # index of the next item of self._iterator; -1: none open
+        self._iterator: Iterator[Any] = iter(())
+
+    def take(self, start: int, count: int) -> list[Any]:
+        """Items `[start, start + count)`; reading on from the last call costs nothing more."""
+        if start != self._position:
+            self._iterator = self._from(start)
+        values = list(itertools.islice(self._iterator, count))
+        self._position = start + count
+        return values
+
+    def all(self) -> Iterator[Any]:
+        return self._from(0)
+
+    def _from(self, start: int) -> Iterator[Any]:
+        first = bisect.bisect_right(self._ends, start)
+        skip = start - (self._ends[first - 1] if first else 0)
+        for url, shard, count in self._shards[first:]:
+            yield from self._items.items(url, shard, count, skip)
+            skip = 0
