@@ -40,8 +40,8 @@ def read_jsonl(file) -> Any:
         yield json.loads(line)["id"]
 
 
-def make_stream(urls: list[str], storage_options: dict[str, Any] | None = None) -> ShardedStream:
-    return ShardedStream(urls, read_jsonl, window=8, seed=11, storage_options=storage_options)
+def make_stream(urls: list[str], storage_options: dict[str, Any] | None = None, **options: Any) -> ShardedStream:
+    return ShardedStream(urls, read_jsonl, window=8, seed=11, storage_options=storage_options, **options)
 
 
 def make_loader(stream: ShardedStream, rank: int, world_size: int, num_workers: int) -> ResumableDataLoader:
