@@ -15,7 +15,8 @@ import torch
 
 from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.errors import StorageError
-from dist_resume.streams import ShardCountError, ShardedStream
+from dist_resume import ShardCountError
+from dist_resume.streams import ShardedStream
 
 from .s3_server import FAKE_SECRET, s3_bucket, s3_endpoint  # noqa: F401
 from .stream_jobs import SHARD_SIZES, all_items, make_stream, read_jsonl, write_shards

@@ -22,12 +22,23 @@ class CanonicalReader:
         self._iterator: Iterator[Any] = iter(())
 
     def take(self, start: int, count: int) -> list[Any]:
-        """Items `[start, start + count)`; reading on from the last call costs nothing more."""
-        if start != self._position:
+        """Items `[start, start + count)`: read on from the last call's end through its shard
+        (passing over other ranks' items), else from the shard that holds `start`."""
+        if self._position <= start < self._shard_end(self._position):
+            for _ in itertools.islice(self._iterator, start - self._position):
+                pass
+        elif start != self._position:
             self._iterator = self._from(start)
         values = list(itertools.islice(self._iterator, count))
         self._position = start + count
         return values
+
+    def _shard_end(self, position: int) -> int:
+        """The end of the shard that holds item `position` (0 if none is open)."""
+        if position < 0:
+            return 0
+        index = bisect.bisect_right(self._ends, position)
+        return self._ends[index] if index < len(self._ends) else 0
 
     def all(self) -> Iterator[Any]:
         return self._from(0)

@@ -1,0 +1,107 @@
+"""B8: bytes a ShardedStream epoch reads / the shards' bytes, by world size, with
+canonical_streams C = 8; and the bytes of one rank's stream state at 10 and 10,000 shards.
+
+Every item is one JSONL line of the same length, so bytes read = lines the reader yields x
+line length. Ranks are simulated one after another in this process (num_workers=0): each
+rank reads what its own batches need, as a real rank does; within a rank each canonical
+stream is read by one worker whatever num_workers (tests/test_canonical_properties.py), so
+workers do not change the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dist_resume import ResumableDataLoader, ShardedStream
+
+from .b3_state_size import serialized_bytes, tensor_bytes
+from .report import FigureResult
+from .timing import Stats
+
+CANONICAL_STREAMS = 8
+GLOBAL_BATCH = 48  # a multiple of C: every world size below divides it
+WORLD_SIZES = (1, 2, 3, 4, 6, 8)
+LINE = json.dumps({"id": 0, "text": "x" * 40}) + "\n"
+
+
+class CountingReader:
+    """JSONL reader that counts the bytes it reads (ranks run in this process)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, file: Any):
+        for line in file:
+            self.bytes += len(line)
+            yield json.loads(line)["id"]
+
+
+def write_shards(root: Path, sizes: list[int]) -> list[str]:
+    urls = []
+    for shard, size in enumerate(sizes):
+        path = root / f"shard-{shard:03d}.jsonl"
+        path.write_text("".join(json.dumps({"id": shard * 10_000 + i, "text": "x" * 40}) + "\n"
+                                for i in range(size)).replace(" ", ""))
+        urls.append(str(path))
+    return urls
+
+
+def read_ratio(urls: list[str], sizes: list[int], world_size: int) -> float:
+    reader = CountingReader()
+    stream = ShardedStream(urls, reader, window=16, seed=3, canonical_streams=CANONICAL_STREAMS, lengths=sizes)
+    for rank in range(world_size):
+        loader = ResumableDataLoader(stream, batch_size=GLOBAL_BATCH // world_size, rank=rank, world_size=world_size)
+        for _ in loader:
+            pass
+    return reader.bytes / sum(Path(url).stat().st_size for url in urls)
+
+
+def body_bound(world_size: int) -> float:
+    """The docstring's bound while every stream has items (C | G): 1 + (N - 1) / C when
+    world_size does not divide C, else 1."""
+    return 1.0 if CANONICAL_STREAMS % world_size == 0 else 1 + (world_size - 1) / CANONICAL_STREAMS
+
+
+def run(quick: bool) -> list[FigureResult]:
+    reading = FigureResult("B8", f"bytes read per epoch / shard bytes, C={CANONICAL_STREAMS}, G={GLOBAL_BATCH}",
+                           "ratio")
+    shards = 32 if quick else 64
+    equal = [96] * shards  # 8 streams of equal length, a multiple of G: no tail, no padding
+    rng = random.Random(0)
+    uneven = [rng.randint(40, 150) for _ in range(shards)]
+    with tempfile.TemporaryDirectory() as directory:
+        for name, sizes in (("equal shards", equal), ("uneven shards", uneven)):
+            root = Path(directory, name.replace(" ", "-"))
+            root.mkdir()
+            urls = write_shards(root, sizes)
+            for world_size in WORLD_SIZES:
+                ratio = read_ratio(urls, sizes, world_size)
+                reading.add(f"{world_size} ranks", name, Stats.exact(ratio))
+                if name == "equal shards":
+                    bound = body_bound(world_size)
+                    reading.check(f"equal shards, {world_size} ranks", ratio, f"<= {bound:.3g}",
+                                  ratio <= bound + 1e-9)
+    reading.notes += [
+        f"{shards} shards; equal: {equal[0]} items each; uneven: 40..150 items (seeded); one item = one JSONL line "
+        "of the same length. Ranks 1, 2, 4 and 8 divide C: 1.00 where no stream runs dry before the others "
+        "(equal shards); uneven shards add the tail after the first stream runs dry and the final step's padding.",
+    ]
+    state = FigureResult("B8-state", "one rank's loader state over a ShardedStream, by shard count", "bytes",
+                         log_scale=True)
+    for shards_count in (10, 10_000):
+        stream = ShardedStream([f"shard-{i}.jsonl" for i in range(shards_count)], CountingReader(),
+                               lengths=[100] * shards_count)
+        entry = ResumableDataLoader(stream, batch_size=4, rank=1, world_size=8).state_dict()
+        case = f"{shards_count} shards"
+        state.add(case, "torch.save", Stats.exact(serialized_bytes(entry)))
+        state.add(case, "tensor bytes", Stats.exact(tensor_bytes(entry)))
+    largest = state.value("10000 shards", "torch.save").median
+    state.check("torch.save bytes at 10,000 shards", largest, "<= 4096", largest <= 4096)
+    growth = largest - state.value("10 shards", "torch.save").median
+    state.check("growth from 10 to 10,000 shards", growth, "== 0", growth == 0)
+    state.notes.append("The per-shard format this replaces held 160,168 bytes per rank at 10,000 shards (issue 21).")
+    return [reading, state]
