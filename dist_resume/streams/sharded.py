@@ -29,12 +29,12 @@ class ShardedStream(IterableDataset):
 
     Through `ResumableDataLoader` (GUARANTEES G1-G3, G5, G6 for streams):
 
-    - The epoch is read by `canonical_streams` canonical streams: stream `c` reads the
-      shards at positions `p % C == c` of the epoch's shard order (shuffled per epoch with
-      `shuffle`), each shard's items shuffled in fixed blocks of `window` items. Global step
-      `k` takes the next `G // C` items (one more for the first `G % C` streams) of every
-      stream, laid out stream after stream; once a stream runs short, its share is split
-      over the streams that still have items. Rank `r` takes slice `[r*b, (r+1)*b)`. The
+    - The epoch is read by `canonical_streams` canonical streams (`C`): the epoch's shards
+      (in an order shuffled per epoch with `shuffle`), each one's items shuffled in fixed
+      blocks of `window` items, are cut into `C` consecutive runs of equal length (a shard
+      may be cut in two); stream `c` reads run `c`. The epoch order takes one item of each
+      stream in turn, and global step `k` holds its positions `[k*G, (k+1)*G)`, laid out
+      stream after stream; rank `r` takes `[r*b, (r+1)*b)` of that layout. The
       global batches therefore depend only on the shards, their item counts, the reader,
       `seed`, `shuffle`, `window`, `canonical_streams` and the global batch `G`: they are
       the same at every world size and `num_workers`, through any number of resumes.
@@ -135,16 +135,16 @@ class ShardedStream(IterableDataset):
 
     def epoch_order(self, epoch: int, canonical_streams: int) -> EpochOrder:
         """Epoch `epoch`'s order of items over `canonical_streams` streams."""
-        order, lengths = self.shard_order(epoch), self.lengths()
-        return EpochOrder([sum(lengths[shard] for shard in order[c::canonical_streams])
-                           for c in range(canonical_streams)])
+        return EpochOrder(stream_lengths(sum(self.lengths()), canonical_streams))
 
     def canonical_reader(self, epoch: int, stream: int, canonical_streams: int) -> CanonicalReader:
         """Canonical stream `stream`'s items of epoch `epoch`, by index."""
-        shards = self.shard_order(epoch)[stream::canonical_streams]
+        lengths = self.lengths()
         seed = derive_seed(self.seed, epoch) if self.shuffle else None
         items = ShardItems(self.reader, self.storage_options, self.window, seed)
-        return CanonicalReader([(self.shards[shard], shard, self.lengths()[shard]) for shard in shards], items)
+        spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
+        return CanonicalReader([(self.shards[shard], shard, lengths[shard], first, end) for shard, first, end in spans],
+                               items)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -154,3 +154,31 @@ class ShardedStream(IterableDataset):
         canonical_streams = self.canonical_streams or slots
         for stream in range(slot, canonical_streams, slots):
             yield from self.canonical_reader(self.epoch, stream, canonical_streams).all()
+
+
+def stream_lengths(total: int, canonical_streams: int) -> list[int]:
+    """Items of each canonical stream: the epoch's items cut into runs of equal length,
+    the first `total % canonical_streams` one item longer."""
+    base, extra = divmod(total, canonical_streams)
+    return [base + (stream < extra) for stream in range(canonical_streams)]
+
+
+def stream_spans(order: Sequence[int], lengths: Sequence[int], canonical_streams: int,
+                 stream: int) -> list[tuple[int, int, int]]:
+    """(shard, first item, end item) of the shards' items that canonical stream `stream`
+    reads: its run of the epoch's shards, in `order`, one after another. A shard may be cut
+    between two streams; an empty shard goes to the stream its place falls in."""
+    runs = stream_lengths(sum(lengths), canonical_streams)
+    begin = sum(runs[:stream])
+    end = begin + runs[stream]
+    last = stream == canonical_streams - 1
+    spans, offset = [], 0
+    for shard in order:
+        length = lengths[shard]
+        first, stop = max(begin, offset), min(end, offset + length)
+        if first < stop or (length == 0 and (begin <= offset < end or last and offset == end)):
+            spans.append((shard, first - offset, stop - offset if length else 0))
+        offset += length
+        if offset > end:
+            break
+    return spans
