@@ -27,6 +27,7 @@ CANONICAL_STREAMS = 8
 GLOBAL_BATCH = 48  # a multiple of C: every world size below divides it
 WORLD_SIZES = (1, 2, 3, 4, 6, 8)
 WINDOW = 16
+ODD_GLOBAL_BATCH = 36  # not a multiple of C
 
 
 class CountingReader:
@@ -51,27 +52,29 @@ def write_shards(root: Path, sizes: list[int]) -> list[str]:
     return urls
 
 
-def read_ratio(urls: list[str], sizes: list[int], world_size: int) -> float:
+def read_ratio(urls: list[str], sizes: list[int], world_size: int, global_batch: int = GLOBAL_BATCH) -> float:
     reader = CountingReader()
     stream = ShardedStream(urls, reader, window=WINDOW, seed=3, canonical_streams=CANONICAL_STREAMS, lengths=sizes)
     for rank in range(world_size):
-        loader = ResumableDataLoader(stream, batch_size=GLOBAL_BATCH // world_size, rank=rank, world_size=world_size)
+        loader = ResumableDataLoader(stream, batch_size=global_batch // world_size, rank=rank, world_size=world_size)
         for _ in loader:
             pass
     return reader.bytes / sum(Path(url).stat().st_size for url in urls)
 
 
 def bound(sizes: list[int], world_size: int) -> float:  # items, all of one length
-    """ShardedStream's documented bound on bytes read / shard bytes (here C | G): every item
-    once, (N - 1) / C more when N does not divide C, twice the prefixes of the shards cut
-    between two streams, and the padding: per stream, its prefix and a window again."""
+    """ShardedStream's documented bound on bytes read / shard bytes (here C | G): each stream
+    read by one rank, by two for N - 1 streams when N does not divide C; each reader reads
+    its stream, the prefix of a shard cut at the stream's start, up to a window past its end,
+    and for the padding that prefix and a window again."""
     total = sum(sizes)
     body = 1.0 if CANONICAL_STREAMS % world_size == 0 else 1 + (world_size - 1) / CANONICAL_STREAMS
     order = ShardedStream(["-"] * len(sizes), CountingReader(), seed=3, lengths=sizes).shard_order(0)
     firsts = [stream_spans(order, sizes, CANONICAL_STREAMS, c)[0] for c in range(1, CANONICAL_STREAMS)]
     cuts = sum(first for _, first, _ in firsts)  # items of cut shards before the stream's run
     padding = -total % GLOBAL_BATCH
-    return body + (2 * cuts + (CANONICAL_STREAMS * WINDOW + padding if padding else 0)) / total
+    windows = CANONICAL_STREAMS * WINDOW * (2 if padding else 1)  # each reader's last block, and the padding's
+    return body * (1 + (2 * cuts + windows) / total)
 
 
 def run(quick: bool) -> list[FigureResult]:
@@ -91,6 +94,12 @@ def run(quick: bool) -> list[FigureResult]:
                 reading.add(f"{world_size} ranks", name, Stats.exact(ratio))
                 limit = bound(sizes, world_size)
                 reading.check(f"{name}, {world_size} ranks", ratio, f"<= {limit:.3g}", ratio <= limit + 1e-9)
+                if name == "equal shards" and CANONICAL_STREAMS % world_size == 0:
+                    reading.check(f"equal shards, {world_size} ranks (divides C)", ratio, "== 1.00", ratio == 1.0)
+            if name == "equal shards":  # a global batch that C does not divide: no bound stated
+                for world_size in (1, 2, 4):
+                    ratio = read_ratio(urls, sizes, world_size, ODD_GLOBAL_BATCH)
+                    reading.add(f"{world_size} ranks", f"equal shards, G={ODD_GLOBAL_BATCH}", Stats.exact(ratio))
     reading.notes += [
         f"{shards} shards; equal: {equal[0]} items each (no shard is cut between two streams, no padding); uneven: "
         "40..150 items (seeded): 7 shards cut between streams, whose prefixes the second stream reads past, and a "

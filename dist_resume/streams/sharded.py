@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import guarded
-from dist_resume.streams.canonical import EpochOrder
+from dist_resume.streams.canonical import stream_lengths
 from dist_resume.streams.shard_files import ShardItems, count_items
 from dist_resume.streams.stream_reader import CanonicalReader
 
@@ -42,14 +42,18 @@ class ShardedStream(IterableDataset):
       saved in the state and adopted by a resume.
     - Every rank gets the same number of batches per epoch: `drop_last` and `even_batches`
       mean what they mean for map-style data (G2), so DDP cannot hang at an epoch's end.
-    - Extra reading: each rank reads only the shards holding items of its batches,
-      skipping whole shards by their counts, and each canonical stream a rank needs is read
-      by one of its workers. With `world_size` dividing `canonical_streams` and
-      `canonical_streams` dividing `G`, every shard is read exactly once per epoch (plus
-      the padding, at most `G - 1` items from the epoch's start). Otherwise every rank
-      boundary that falls inside a stream's chunk makes two ranks read that stream: at
-      most `world_size - 1` streams read twice while every stream has items, and after the
-      first stream runs dry at most every rank reading each remaining shard once.
+    - Extra reading: a rank reads only the canonical streams its batches take items from,
+      each by one of its workers, reading on past other ranks' items and skipping whole
+      shards by their counts. With `world_size` dividing `C` and `C` dividing `G`, each
+      stream is read by one rank, so each shard once per epoch (bytes read / shard bytes
+      1.00), but for: the prefix of a shard cut between two streams, read by both (at most
+      `C - 1` shards; none when the streams' runs end on shard boundaries), up to `window
+      - 1` items read past a stream's end in such a shard, and, when the final step is
+      padded, each stream's first window read again. With `C` dividing `G` but
+      `world_size` not dividing `C`, each of the `world_size - 1` rank boundaries falls
+      inside one stream's chunk, read by two ranks: at most `1 + (world_size - 1) / C`
+      times the above. When `C` does not divide `G` the boundaries move from step to step
+      and more streams are shared: keep `G` a multiple of `C` (benchmarks B8).
     - State: per rank a few integers (the canonical stream count, `G`, the global step,
       digests of the shards' counts and of the reader), whatever the number of shards.
 
@@ -133,9 +137,9 @@ class ShardedStream(IterableDataset):
         generator = torch.Generator().manual_seed(derive_seed(self.seed, epoch))
         return torch.randperm(len(self.shards), generator=generator).tolist()
 
-    def epoch_order(self, epoch: int, canonical_streams: int) -> EpochOrder:
-        """Epoch `epoch`'s order of items over `canonical_streams` streams."""
-        return EpochOrder(stream_lengths(sum(self.lengths()), canonical_streams))
+    def stream_lengths(self, canonical_streams: int) -> list[int]:
+        """Items of each of `canonical_streams` canonical streams (the same every epoch)."""
+        return stream_lengths(sum(self.lengths()), canonical_streams)
 
     def canonical_reader(self, epoch: int, stream: int, canonical_streams: int) -> CanonicalReader:
         """Canonical stream `stream`'s items of epoch `epoch`, by index."""
@@ -154,13 +158,6 @@ class ShardedStream(IterableDataset):
         canonical_streams = self.canonical_streams or slots
         for stream in range(slot, canonical_streams, slots):
             yield from self.canonical_reader(self.epoch, stream, canonical_streams).all()
-
-
-def stream_lengths(total: int, canonical_streams: int) -> list[int]:
-    """Items of each canonical stream: the epoch's items cut into runs of equal length,
-    the first `total % canonical_streams` one item longer."""
-    base, extra = divmod(total, canonical_streams)
-    return [base + (stream < extra) for stream in range(canonical_streams)]
 
 
 def stream_spans(order: Sequence[int], lengths: Sequence[int], canonical_streams: int,

@@ -89,7 +89,7 @@ class StepRecords:
             position, finished, furthest = _common_position(positions, saved)
             own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
                                       global_batch=self.global_batch, epoch_finished=int(finished))
-        total = self._stream.epoch_order(own.epoch, first.canonical_streams).total
+        total = sum(self._stream.lengths())
         if position > total:
             raise ResumeStateError(f"{where(first_rank)} field {CANONICAL!r} says epoch position {position} of an "
                                    f"epoch of {total} items")

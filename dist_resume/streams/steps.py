@@ -47,8 +47,8 @@ class StepResume:
 
 
 def step_layout(stream: ShardedStream, settings: StepSettings) -> StepLayout:
-    order = stream.epoch_order(settings.epoch, settings.canonical_streams)
-    return StepLayout(order, settings.origin, settings.world_size, settings.batch_size, settings.mode)
+    return StepLayout(stream.stream_lengths(settings.canonical_streams), settings.origin, settings.world_size,
+                      settings.batch_size, settings.mode)
 
 
 class StepReader:
