@@ -65,8 +65,12 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
       `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
       per batch).
 
-    An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
-    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`). A
+    `ShardedStream` keeps the map-style promises: its global batches are the same at every
+    world size and `num_workers` for one global batch size (G3), every item comes once per
+    epoch across any resumes, also at another global batch (G2), every rank gets
+    `len(loader)` batches per epoch (`drop_last` and `even_batches` as for map-style data),
+    and its state is a few integers (see `ShardedStream` and docs/stream-determinism.md).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
