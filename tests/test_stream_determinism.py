@@ -56,8 +56,9 @@ def global_steps(per_rank: list[list[list[int]]]) -> list[list[int]]:
     return [[item for batches in per_rank for item in batches[step]] for step in range(len(per_rank[0]))]
 
 
-@pytest.mark.parametrize("chain", [[(2, 2, 3), (3, 0, 2), (1, 2, None)], [(3, 1, 1), (2, 0, 4), (6, 1, None)]],
-                         ids=["2x2-3x0-1x2", "3x1-2x0-6x1"])
+@pytest.mark.parametrize("chain", [[(2, 2, 3), (3, 0, 2), (1, 2, None)], [(3, 1, 1), (2, 0, 4), (6, 1, None)],
+                                   [(2, 0, 2), (2, 2, 3), (2, 1, None)]],
+                         ids=["2x2-3x0-1x2", "3x1-2x0-6x1", "2x0-2x2-2x1"])
 @pytest.mark.parametrize("options", [{}, {"drop_last": True}], ids=["padded", "dropped"])
 def test_g3_global_batches_are_the_uninterrupted_runs(urls, chain, options):
     stream = make_stream(urls)  # canonical_streams: the first job's slots, adopted after
