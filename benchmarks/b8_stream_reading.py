@@ -1,5 +1,6 @@
 """B8: bytes a ShardedStream epoch reads / the shards' bytes, by world size, with
-canonical_streams C = 8; and the bytes of one rank's stream state at 10 and 10,000 shards.
+canonical_streams C = 8; the bytes of one rank's stream state at 10 and 10,000 shards; the
+time and memory of an elastic load of 4,096 saved ranks' stream states.
 
 Every item is one JSONL line of the same length, so bytes read = lines the reader yields x
 line length. Ranks are simulated one after another in this process (num_workers=0): each
@@ -10,13 +11,17 @@ workers do not change the figure.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import tempfile
+import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 from dist_resume import ResumableDataLoader, ShardedStream
+from dist_resume.state.fields import FIELDS
 from dist_resume.streams.sharded import stream_spans
 
 from .b3_state_size import serialized_bytes, tensor_bytes
@@ -28,6 +33,7 @@ GLOBAL_BATCH = 48  # a multiple of C: every world size below divides it
 WORLD_SIZES = (1, 2, 3, 4, 6, 8)
 WINDOW = 16
 ODD_GLOBAL_BATCH = 36  # not a multiple of C
+RANK_FIELD = FIELDS.index("rank")
 
 
 class CountingReader:
@@ -119,4 +125,32 @@ def run(quick: bool) -> list[FigureResult]:
     growth = largest - state.value("10 shards", "torch.save").median
     state.check("growth from 10 to 10,000 shards", growth, "== 0", growth == 0)
     state.notes.append("The per-shard format this replaces held 160,168 bytes per rank at 10,000 shards (issue 21).")
-    return [reading, state]
+    return [reading, state, elastic_load()]
+
+
+def elastic_load(saved_ranks: int = 4096) -> FigureResult:
+    """One rank of 2048 loads the stream states of 4096 saved ranks (10,000 shards)."""
+    result = FigureResult("B8-load", f"elastic load of {saved_ranks} saved ranks' ShardedStream states, 10,000 shards",
+                          "s")
+    stream = ShardedStream([f"shard-{i}.jsonl" for i in range(10_000)], CountingReader(), lengths=[100] * 10_000,
+                           canonical_streams=saved_ranks)
+    one = ResumableDataLoader(stream, batch_size=2, rank=0, world_size=saved_ranks).state_dict()
+    state = {key: value for key, value in one.items() if not key.startswith("rank_")}
+    for rank in range(saved_ranks):  # every rank's entry, as a save of that many ranks holds them
+        entry = copy.deepcopy(one["rank_0"])
+        entry["progress"][RANK_FIELD] = rank
+        state[f"rank_{rank}"] = entry
+    times = []
+    for _ in range(3):
+        loader = ResumableDataLoader(stream, batch_size=4, rank=1, world_size=saved_ranks // 2)
+        began = time.perf_counter()
+        loader.load_state_dict(state)
+        times.append(time.perf_counter() - began)
+    result.add(f"{saved_ranks} -> {saved_ranks // 2} ranks", "load_state_dict", Stats.of(times))
+    tracemalloc.start()
+    ResumableDataLoader(stream, batch_size=4, rank=1, world_size=saved_ranks // 2).load_state_dict(state)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    result.notes.append(f"peak Python memory of one load (tracemalloc): {peak / 2**20:.1f} MiB")
+    result.check(f"{saved_ranks} -> {saved_ranks // 2} ranks, seconds", min(times), "< 1", min(times) < 1)
+    return result
