@@ -37,11 +37,14 @@ class ShardedStream(IterableDataset):
       stream after stream; rank `r` takes `[r*b, (r+1)*b)` of that layout. The
       global batches therefore depend only on the shards, their item counts, the reader,
       `seed`, `shuffle`, `window`, `canonical_streams` and the global batch `G`: they are
-      the same at every world size and `num_workers`, through any number of resumes.
+      the same at every world size and `num_workers`, through any number of resumes (G3).
       `None`: the slot count (world size x workers) of the run that starts the stream,
       saved in the state and adopted by a resume.
-    - Every rank gets the same number of batches per epoch: `drop_last` and `even_batches`
-      mean what they mean for map-style data (G2), so DDP cannot hang at an epoch's end.
+    - Every item once per epoch across any resumes, also at another `G` (G2): a resume at
+      another world size or `G` continues from the epoch position every saved rank reached.
+    - Every rank gets the same number of batches per epoch (`len(loader)`): `drop_last` and
+      `even_batches` mean what they mean for map-style data (G2); the final step's padding
+      repeats items from the start of the same canonical streams.
     - Extra reading: a rank reads only the canonical streams its batches take items from,
       each by one of its workers, reading on past other ranks' items and skipping whole
       shards by their counts. With `world_size` dividing `C` and `C` dividing `G`, each
@@ -54,8 +57,10 @@ class ShardedStream(IterableDataset):
       inside one stream's chunk, read by two ranks: at most `1 + (world_size - 1) / C`
       times the above. When `C` does not divide `G` the boundaries move from step to step
       and more streams are shared: keep `G` a multiple of `C` (benchmarks B8).
-    - State: per rank a few integers (the canonical stream count, `G`, the global step,
-      digests of the shards' counts and of the reader), whatever the number of shards.
+    - State: per rank a few integers (the canonical stream count, `G`, the epoch position
+      of its next batch, digests of the shards' counts and of the reader), whatever the
+      number of shards (G5). A state for other shards, `canonical_streams`, reader or
+      counts is refused naming the field (G6).
 
     `lengths`: every shard's item count. Default: counted once, when a loader first needs
     it, by `reader.count(file)` if the reader has that attribute (a Parquet footer, say),
