@@ -191,3 +191,25 @@ def test_a_state_from_ranks_at_different_positions_resumes_only_at_its_world_siz
 def test_bad_arguments_are_refused(kwargs, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         ShardedStream(["a.jsonl", "b.jsonl"], read_jsonl, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_workers_beyond_the_streams_return_empty_parts(urls):
+    """3 workers, 2 canonical streams: the third owns none, and the batches are unchanged."""
+    def batches(num_workers: int) -> list[list[int]]:
+        stream = make_stream(urls, canonical_streams=2)
+        return [batch.tolist() for batch in ResumableDataLoader(stream, batch_size=5, num_workers=num_workers)]
+
+    assert batches(3) == batches(0)
+
+
+def test_a_reader_error_names_the_shard(urls):
+    def failing(file):
+        for line in file:
+            if b"3005" in line:
+                raise ValueError("bad line")
+            yield 0
+
+    with pytest.raises(ValueError, match="^bad line") as raised:
+        list(ResumableDataLoader(ShardedStream(urls, failing, lengths=SHARD_SIZES), batch_size=4))
+    assert raised.value.__notes__ == [f"while reading shard {urls[3]}"]
