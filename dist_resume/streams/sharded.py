@@ -69,9 +69,13 @@ class ShardedStream(IterableDataset):
     shard holding another number of items than its count fails with a `ShardCountError`
     naming it; one that cannot be read, with a `StorageError` naming it and the cause.
 
+    A worker keeps one shard open per canonical stream it reads: a `C` far above the slot
+    count means many open files (and connections) per worker.
+
     `storage_options` go to fsspec (credentials, endpoint; G9). Iterated by a plain
     DataLoader, slot `s` of `S` (rank x worker) reads the canonical streams `c % S == s` of
-    the epoch set by `set_epoch` (default 0), from the start.
+    the epoch set by `set_epoch` (default 0), from the start; without `lengths`, call
+    `lengths()` before, or every worker counts every shard.
     """
 
     def __init__(
