@@ -103,6 +103,7 @@ class ShardedStream(IterableDataset):
         self.canonical_streams = None if canonical_streams is None else checked_int(
             "canonical_streams", canonical_streams, 1, MAX_CANONICAL_STREAMS + 1)
         self._lengths: list[int] | None = None
+        self._lengths_digest: int | None = None
         if lengths is not None:
             if isinstance(lengths, (str, bytes)) or len(lengths) != len(self.shards):
                 raise ValueError(f"lengths must hold one item count per shard ({len(self.shards)})")
@@ -137,7 +138,10 @@ class ShardedStream(IterableDataset):
         return self._lengths
 
     def lengths_digest(self) -> int:
-        return derive_seed(len(self.shards), *self.lengths()) if self.shards else 0
+        """Identifies every shard's item count: a saved state must match it."""
+        if self._lengths_digest is None:  # kept: every state_dict() reports it
+            self._lengths_digest = derive_seed(len(self.shards), *self.lengths())
+        return self._lengths_digest
 
     def shard_order(self, epoch: int) -> list[int]:
         """Shard indices in the order epoch `epoch` reads them."""
