@@ -22,7 +22,6 @@ class StepRecords:
     """The epoch position of this rank's next batch in the current epoch."""
 
     kind = CANONICAL_KIND
-    elastic = True
     carry = False  # every pass starts from its position alone
 
     def __init__(self, stream: ShardedStream, slots: int, world_size: int, batch_size: int) -> None:
