@@ -235,8 +235,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         # Fixed while this pass's iterator is current: anything that moves the loader makes it stale.
         epoch_order = self._sampling is Sampling.EPOCH_ORDER
         self._pass_batches = self._layout(self._progress).num_batches(self.rank) if epoch_order else -1
-        if self._stream is not None and self._stream.num_batches(self, self._progress.epoch, self.rank) >= 0:
-            self._pass_batches = self._progress.batches + self._stream.num_batches(self, self._progress.epoch, self.rank)
+        remaining = -1 if self._stream is None else self._stream.num_batches(self, self._progress.epoch, self.rank)
+        if remaining >= 0:  # a ShardedStream knows its batches
+            self._pass_batches = self._progress.batches + remaining
         if self._stream is not None:
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)

@@ -75,7 +75,8 @@ class StepRecords:
         first_rank, first = next(iter(positions.items()))
         for saved_rank, position in positions.items():
             if position._replace(position=0) != first._replace(position=0):
-                raise ResumeStateError(f"{where(saved_rank)} field {CANONICAL!r} disagrees with the other ranks' entries")
+                raise ResumeStateError(
+                    f"{where(saved_rank)} field {CANONICAL!r} disagrees with the other ranks' entries")
         self._check(first, where(first_rank))
         if (saved.any.world_size, first.global_batch) == (self.world_size, self.global_batch):
             if rank not in saved.ranks:
