@@ -76,12 +76,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
       or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
       own seed (G4), in an order that is not the uninterrupted one (no G3).
 
-    An `IterableDataset` is resumed per worker (same world size and `num_workers`). A
-    `ShardedStream` keeps the map-style promises: its global batches are the same at every
-    world size and `num_workers` for one global batch size (G3), every item comes once per
-    epoch across any resumes, also at another global batch (G2), every rank gets
-    `len(loader)` batches per epoch (`drop_last` and `even_batches` as for map-style data),
-    and its state is a few integers (see `ShardedStream` and docs/stream-determinism.md).
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`); a
+    `ShardedStream` at any, as map-style data is (G1-G3, even ends; see `ShardedStream`).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
@@ -148,8 +144,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size,
-                                    batch_size or 1) if isinstance(dataset, IterableDataset) else None
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size, batch_size or 1) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -210,12 +205,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
-        if self._stream is not None:
-            fresh = progress is not self._progress  # the next iter() starts a new epoch
-            remaining = self._stream.num_batches(self, progress.epoch, self.rank, fresh)
-            if remaining >= 0:
-                return progress.batches + remaining
-        return super().__len__()
+        batches = -1 if self._stream is None else self._stream.batches(self, progress, progress is not self._progress)
+        return batches if batches >= 0 else super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
         """Positions of `epoch`'s order (default: the current) that this rank's final batch
@@ -246,10 +237,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         # Fixed while this pass's iterator is current: anything that moves the loader makes it stale.
         epoch_order = self._sampling is Sampling.EPOCH_ORDER
         self._pass_batches = self._layout(self._progress).num_batches(self.rank) if epoch_order else -1
-        remaining = -1 if self._stream is None else self._stream.num_batches(self, self._progress.epoch, self.rank)
-        if remaining >= 0:  # a ShardedStream knows its batches
-            self._pass_batches = self._progress.batches + remaining
         if self._stream is not None:
+            self._pass_batches = self._stream.batches(self, self._progress, False)  # -1: unknown
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
             batches = iter(inner)

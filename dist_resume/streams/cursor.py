@@ -106,13 +106,14 @@ class StreamCursor:
     def _settings(self, owner: DataLoader, epoch: int, rank: int) -> StepSettings:
         return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)))
 
-    def num_batches(self, owner: DataLoader, epoch: int, rank: int, fresh: bool = False) -> int:
-        """Batches this rank yields in `epoch` from where it stands (`fresh`: from the
-        epoch's start): known for a ShardedStream, else -1."""
+    def batches(self, owner: DataLoader, progress: Any, fresh: bool) -> int:
+        """Batches this rank yields in `progress`'s epoch in total (`fresh`: an epoch the
+        next `iter()` starts, else the current one, of which `progress.batches` were
+        yielded): known for a ShardedStream, else -1."""
         if not isinstance(self._records, StepRecords):
             return -1
-        settings = self._settings(owner, epoch, rank)
-        return self._records.num_batches(settings._replace(origin=0) if fresh else settings)
+        settings = self._settings(owner, progress.epoch, owner.rank)
+        return progress.batches + self._records.num_batches(settings._replace(origin=0) if fresh else settings)
 
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
         """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""
