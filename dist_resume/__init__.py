@@ -28,7 +28,7 @@ from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
 from dist_resume.process_group import shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
-from dist_resume.streams import ShardedStream
+from dist_resume.streams import ShardCountError, ShardedStream
 
 __all__ = [
     "CheckpointCorruptError",
@@ -44,6 +44,7 @@ __all__ = [
     "ResumeStateError",
     "ResumableTrainerMixin",
     "SaveHandle",
+    "ShardCountError",
     "ShardedStream",
     "SkippedRange",
     "StorageError",

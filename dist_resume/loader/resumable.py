@@ -76,8 +76,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
       or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
       own seed (G4), in an order that is not the uninterrupted one (no G3).
 
-    An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
-    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`); a
+    `ShardedStream` at any, as map-style data is (G1-G3, even ends; see `ShardedStream`).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
@@ -144,7 +144,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers) if isinstance(dataset, IterableDataset) else None
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size, batch_size or 1) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -205,7 +205,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
-        return super().__len__()
+        batches = -1 if self._stream is None else self._stream.batches(self, progress, progress is not self._progress)
+        return batches if batches >= 0 else super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
         """Positions of `epoch`'s order (default: the current) that this rank's final batch
@@ -237,6 +238,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         epoch_order = self._sampling is Sampling.EPOCH_ORDER
         self._pass_batches = self._layout(self._progress).num_batches(self.rank) if epoch_order else -1
         if self._stream is not None:
+            self._pass_batches = self._stream.batches(self, self._progress, False)  # -1: unknown
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
             batches = iter(inner)
