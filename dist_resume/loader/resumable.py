@@ -29,6 +29,7 @@ from dist_resume.randomness.per_sample import parse_choice
 from dist_resume.randomness.sampler import SamplerRandomness
 from dist_resume.state.fields import Identity, Sampling
 from dist_resume.streams.cursor import StreamCursor
+from dist_resume.streams.steps import step_source
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.workers.roles import UserDatasetInit, is_stateful
 
@@ -66,7 +67,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
       per batch).
 
     An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
-    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
+    a `ShardedStream` and a `Mixture` with `ShardedStream` sources, at any world size and
+    `num_workers` (see `dist_resume.streams`; `shuffle` then orders a Mixture's map-style
+    sources only).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
@@ -137,8 +140,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
+        read_as_stream = isinstance(dataset, IterableDataset) or step_source(dataset) is not None
         self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size,
-                                    batch_size or 1) if isinstance(dataset, IterableDataset) else None
+                                    batch_size or 1) if read_as_stream else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dist_resume.positions.layout import TailMode
 
 
 class Piece(NamedTuple):
-    """Items `[start, start + count)` of canonical stream `stream`, placed at `offset` of a batch."""
+    """Items `[start, start + count)` of the reader `stream` (a canonical stream's number, or
+    another key its epoch order names), placed at `offset` of a batch."""
 
-    stream: int
+    stream: Any
     start: int
     count: int
     offset: int
@@ -84,6 +85,10 @@ class EpochOrder:
             pieces.append(Piece(stream, first, count, offset))
             offset += count
         return pieces
+
+    def owner(self, stream: int, roles: int) -> int:
+        """The worker role of a rank that reads canonical stream `stream` for it."""
+        return owner(stream, roles)
 
 
 def window(pieces: Sequence[Piece], low: int, high: int) -> list[Piece]:

@@ -7,7 +7,8 @@ batches to workers in a cycle (skipping exhausted ones), so a resumed loader rot
 roles (`play_role`) to start the cycle at the role after the last yielded batch (G1).
 
 Two kinds of stream:
-- `ShardedStream`: each worker returns its part of every batch of the rank, and the parts
+- `ShardedStream` (and any step source, such as a `Mixture` of streams, see `steps`): each
+  worker returns its part of every batch of the rank, and the parts
   of a batch are joined here (`steps`); progress is the global step of the rank's next
   batch, and a resume at any world size and `num_workers` continues the same global
   batches from the step every rank reached (G2, G3).
@@ -35,9 +36,8 @@ from dist_resume.streams.hf_buffers import check_resumable
 from dist_resume.positions.layout import TailMode
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
 from dist_resume.streams.records import SnapshotRecords
-from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.step_records import StepRecords
-from dist_resume.streams.steps import BatchCollate, StepSettings, joined
+from dist_resume.streams.steps import BatchCollate, StepSettings, joined, step_source
 from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
@@ -52,8 +52,9 @@ class StreamCursor:
         snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
-        if isinstance(dataset, ShardedStream):
-            self._records: SnapshotRecords | StepRecords = StepRecords(dataset, world_size * self.roles, world_size,
+        source = step_source(dataset)
+        if source is not None:
+            self._records: SnapshotRecords | StepRecords = StepRecords(source, world_size * self.roles, world_size,
                                                                         batch_size)
         else:
             check_resumable(dataset)
@@ -105,7 +106,8 @@ class StreamCursor:
         )
 
     def _settings(self, owner: DataLoader, epoch: int, rank: int) -> StepSettings:
-        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)))
+        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)),
+                                      owner.seed, owner.shuffle)
 
     def num_batches(self, owner: DataLoader, epoch: int, rank: int, fresh: bool = False) -> int:
         """Batches this rank yields in `epoch` from where it stands (`fresh`: from the

@@ -1,4 +1,5 @@
-"""What the main process records of a `ShardedStream`: the epoch position its rank's next
+"""What the main process records of a `ShardedStream` (or another step source, see
+`steps`): the epoch position its rank's next
 batch starts at, and the few integers that fix the epoch's order; saved as a rank's stream
 entry, and checked and continued from on resume at any world size and `num_workers`."""
 
@@ -13,7 +14,6 @@ import torch
 from dist_resume.positions.layout import TailMode
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
-from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.steps import StepResume, StepSettings, step_layout
 from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
 
@@ -25,7 +25,8 @@ class StepRecords:
     elastic = True
     carry = False  # every pass starts from its position alone
 
-    def __init__(self, stream: ShardedStream, slots: int, world_size: int, batch_size: int) -> None:
+    def __init__(self, stream: Any, slots: int, world_size: int, batch_size: int) -> None:
+        """`stream`: a step source (see `steps`)."""
         self._stream = stream
         self.canonical_streams = stream.canonical_streams or slots
         self.world_size = world_size
@@ -35,7 +36,7 @@ class StepRecords:
     @property
     def length(self) -> int:
         """What the loader's state calls the dataset length: the number of shards."""
-        return len(self._stream.shards)
+        return self._stream.saved_length
 
     @property
     def global_batch(self) -> int:
@@ -44,9 +45,9 @@ class StepRecords:
     def start_epoch(self) -> None:
         self._position = 0
 
-    def settings(self, epoch: int, rank: int, mode: TailMode) -> StepSettings:
+    def settings(self, epoch: int, rank: int, mode: TailMode, seed: int, shuffle: bool) -> StepSettings:
         return StepSettings(epoch, rank, self.world_size, self.batch_size, mode, self.canonical_streams,
-                            self._position)
+                            self._position, seed, shuffle)
 
     def resume(self, settings: StepSettings, collate: Callable[[list[Any]], Any]) -> StepResume:
         self._stream.lengths()  # counted here once, before workers copy the stream

@@ -1,0 +1,160 @@
+"""A Mixture with `ShardedStream` sources, read by global steps as a single stream is.
+
+The run's positions `[k*G, (k+1)*G)` (global step `k`) fix its items: each position's
+`(source, draw)` comes from the schedule, as for map-style sources. A stream source's draw
+`d` is position `d % T` (`T` its items) of its `EpochOrder` of source-epoch `d // T`, an
+item of one canonical stream; a map-style source's draw reads its source order (seeded by
+the loader's seed and `shuffle`). A step's draws of a source are consecutive, so a step is
+a few runs of items per source. It is laid out canonical stream first (stream `c` of every
+source, in source order, then stream `c + 1`), map-style items last; rank `r` takes
+`[r*b, (r+1)*b)` of it (`canonical.StepLayout`). All of it is arithmetic on the schedule
+and the sources' item counts: the same at every world size and `num_workers` (G3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch.utils.data import Dataset
+
+from dist_resume.mixtures.schedule import Schedule
+from dist_resume.mixtures.source_orders import SourceOrders, name_key
+from dist_resume.randomness.seeds import derive_seed
+from dist_resume.streams.canonical import EpochOrder, Piece, owner
+from dist_resume.streams.sharded import ShardedStream
+
+_ORDERS_KEPT = 64  # source-epoch orders a step order keeps (a step touches a few)
+
+
+class SourceKey(NamedTuple):
+    """What reads a piece: canonical stream `stream` of source-epoch `epoch` of stream source
+    `source`; or, with `epoch` -1, the draws of map-style source `source`."""
+
+    source: int
+    epoch: int
+    stream: int
+
+
+class MixtureStepOrder:
+    """Loader epoch `epoch`'s positions of a Mixture of streams, as `chunks` of readers."""
+
+    def __init__(self, schedule: Schedule, sources: Sequence[Any], lengths: Sequence[int], run_start: int,
+                 total: int, canonical_streams: int) -> None:
+        self._schedule = schedule
+        self._sources = sources
+        self._lengths = lengths
+        self._run_start = run_start
+        self.total = total
+        self._canonical_streams = canonical_streams
+        self._orders: dict[tuple[int, int], EpochOrder] = {}
+
+    def chunks(self, start: int, stop: int) -> list[Piece]:
+        """The items at positions `[start, stop)` of the epoch: canonical stream by canonical
+        stream (every stream source's items of it, in source order), then map-style ones."""
+        before = self._schedule.draws_before(self._run_start + start)
+        after = self._schedule.draws_before(self._run_start + stop)
+        streamed: list[tuple[int, int, int, int, int]] = []  # (stream, source, epoch, first, count)
+        mapped: list[tuple[int, int, int]] = []  # (source, first draw, count)
+        for source, (first, end) in enumerate(zip(before, after)):
+            if first == end:
+                continue
+            if not isinstance(self._sources[source], ShardedStream):
+                mapped.append((source, first, end - first))
+                continue
+            draw = first
+            while draw < end:
+                epoch, within = divmod(draw, self._lengths[source])
+                count = min(end - draw, self._lengths[source] - within)
+                for piece in self._order(source, epoch).chunks(within, within + count):
+                    streamed.append((piece.stream, source, epoch, piece.start, piece.count))
+                draw += count
+        pieces, offset = [], 0
+        for stream, source, epoch, first, count in sorted(streamed):
+            pieces.append(Piece(SourceKey(source, epoch, stream), first, count, offset))
+            offset += count
+        for source, first, count in mapped:
+            pieces.append(Piece(SourceKey(source, -1, 0), first, count, offset))
+            offset += count
+        return pieces
+
+    def owner(self, key: SourceKey, roles: int) -> int:
+        """The worker role that reads `key`: canonical stream `c` of every source is read by
+        one role (as for a single stream); a map-style source by the role of its number."""
+        return owner(key.stream if key.epoch >= 0 else key.source, roles)
+
+    def _order(self, source: int, epoch: int) -> EpochOrder:
+        if (source, epoch) not in self._orders:
+            if len(self._orders) >= _ORDERS_KEPT:
+                self._orders.clear()
+            self._orders[source, epoch] = self._sources[source].epoch_order(epoch, self._canonical_streams)
+        return self._orders[source, epoch]
+
+
+class MapDraws:
+    """The draws of a map-style source, by draw number, read in its source order."""
+
+    def __init__(self, dataset: Dataset, source: int, orders: SourceOrders) -> None:
+        self._dataset = dataset
+        self._source = source
+        self._orders = orders
+
+    def take(self, start: int, count: int) -> list[Any]:
+        draws = torch.arange(start, start + count, dtype=torch.int64)
+        sources = torch.full_like(draws, self._source)
+        return [self._dataset[index] for index in self._orders.indices(sources, draws).tolist()]
+
+
+class MixtureSteps:
+    """The step source of a Mixture with stream sources (see `streams.steps`), under a
+    loader's `seed` and `shuffle` (which order its map-style sources)."""
+
+    def __init__(self, mixture: Any, sources: Sequence[Any], seed: int, shuffle: bool) -> None:
+        self._mixture = mixture  # read live: a reweighting resume replaces its schedule
+        self._sources = list(sources)
+        self._seed = seed
+        self._shuffle = shuffle
+
+    @property
+    def canonical_streams(self) -> int | None:
+        return self._mixture.canonical_streams
+
+    @property
+    def saved_length(self) -> int:
+        return self._mixture.length
+
+    @property
+    def digest(self) -> int:
+        """Identifies every stream source's shards, order and shuffling."""
+        return self._combine(lambda stream: stream.digest, lambda name, length: name_key(name))
+
+    @property
+    def reader_digest(self) -> int:
+        return self._combine(lambda stream: stream.reader_digest, lambda name, length: 0)
+
+    def lengths_digest(self) -> int:
+        return self._combine(lambda stream: stream.lengths_digest(), lambda name, length: length)
+
+    def lengths(self) -> list[int]:
+        """Every stream source's items (counted by the Mixture when it was made)."""
+        return [sum(source.lengths()) for source in self._sources if isinstance(source, ShardedStream)]
+
+    def epoch_order(self, epoch: int, canonical_streams: int) -> MixtureStepOrder:
+        mixture = self._mixture
+        return MixtureStepOrder(mixture.schedule, self._sources, mixture.lengths, epoch * mixture.length,
+                                mixture.length, canonical_streams)
+
+    def canonical_reader(self, epoch: int, key: SourceKey, canonical_streams: int) -> Any:
+        """The reader of `key` (the loader `epoch` plays no part: keys count source-epochs)."""
+        source = self._sources[key.source]
+        if key.epoch >= 0:
+            return source.canonical_reader(key.epoch, key.stream, canonical_streams)
+        mixture = self._mixture
+        return MapDraws(source, key.source, SourceOrders(mixture.names, mixture.lengths, self._seed, self._shuffle))
+
+    def _combine(self, of_stream: Callable[[ShardedStream], int], of_map: Callable[[str, int], int]) -> int:
+        mixture = self._mixture
+        return derive_seed(len(self._sources), *(
+            of_stream(source) if isinstance(source, ShardedStream) else of_map(name, length)
+            for source, name, length in zip(self._sources, mixture.names, mixture.lengths)))
