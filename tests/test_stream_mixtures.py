@@ -86,7 +86,7 @@ def test_a_state_shows_each_sources_progress(urls):
 
 def test_a_state_of_other_canonical_streams_is_refused(urls):
     _, state = job(make_mixture(urls, canonical_streams=4), 2, 0, None, 2)
-    with pytest.raises(ResumeStateError, match="was saved with canonical_streams=4; this ShardedStream has "
+    with pytest.raises(ResumeStateError, match="was saved with canonical_streams=4; this Mixture has "
                                                "canonical_streams=3"):
         job(make_mixture(urls, canonical_streams=3), 2, 0, state, None)
 
@@ -139,3 +139,31 @@ def test_len_counts_the_epochs_global_steps_and_a_plain_mixture_stays_map_style(
     assert len(list(loader)) == LENGTH // GLOBAL_BATCH
     plain = ResumableDataLoader(Mixture({"table": Table()}, {"table": 1}), batch_size=5)
     assert [batch.tolist() for batch in plain][0] == torch.arange(500_000, 500_005).tolist()
+
+
+def test_a_sampler_for_a_mixture_of_streams_is_refused(urls):
+    message = ("^a Mixture with ShardedStream sources orders its own global batches: ResumableDataLoader takes no "
+               "sampler or batch_sampler for it$")
+    with pytest.raises(ValueError, match=message):
+        ResumableDataLoader(make_mixture(urls), sampler=range(LENGTH))
+    with pytest.raises(ValueError, match=message):
+        ResumableDataLoader(make_mixture(urls), batch_sampler=[[0, 1]])
+
+
+def test_sources_continue_across_loader_epochs(urls):
+    """Two loader epochs of 20 steps, the second resumed at another world size: the run's
+    positions continue, so every source stays once per source-epoch over both epochs."""
+    mixture = make_mixture(urls, canonical_streams=4)
+    loader = ResumableDataLoader(mixture, batch_size=GLOBAL_BATCH, shuffle=True, seed=3)
+    uninterrupted = [batch.tolist() for _ in range(2) for batch in loader]
+    assert len(uninterrupted) == 2 * LENGTH // GLOBAL_BATCH
+    assert_once_per_source_epoch(uninterrupted)
+    first, state = job(mixture, 2, 1, None, None)
+    loaders = [ResumableDataLoader(mixture, batch_size=GLOBAL_BATCH // 3, rank=rank, world_size=3, shuffle=True,
+                                   seed=3) for rank in range(3)]
+    per_rank = []
+    for loader in loaders:
+        loader.load_state_dict(state)  # taken once the first epoch's iterator ended: the second epoch
+        per_rank.append([batch.tolist() for batch in loader])
+    second = [sum(batches, []) for batches in zip(*per_rank)]
+    assert first + second == uninterrupted

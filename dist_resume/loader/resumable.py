@@ -141,6 +141,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         read_as_stream = isinstance(dataset, IterableDataset) or step_source(dataset) is not None
+        if read_as_stream and (sampler is not None or batch_sampler is not None):
+            raise ValueError("a Mixture with ShardedStream sources orders its own global batches: "
+                             "ResumableDataLoader takes no sampler or batch_sampler for it")
         self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size,
                                     batch_size or 1) if read_as_stream else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)

@@ -110,6 +110,8 @@ class MixtureSteps:
     """The step source of a Mixture with stream sources (see `streams.steps`), under a
     loader's `seed` and `shuffle` (which order its map-style sources)."""
 
+    kind_name = "Mixture"
+
     def __init__(self, mixture: Any, sources: Sequence[Any], seed: int, shuffle: bool) -> None:
         self._mixture = mixture  # read live: a reweighting resume replaces its schedule
         self._sources = list(sources)

@@ -104,11 +104,11 @@ class StepRecords:
         stream = self._stream
         if stream.canonical_streams is not None and position.canonical_streams != stream.canonical_streams:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with canonical_streams="
-                                   f"{position.canonical_streams}; this ShardedStream has canonical_streams="
+                                   f"{position.canonical_streams}; this {stream.kind_name} has canonical_streams="
                                    f"{stream.canonical_streams}")
         if position.reader_digest != stream.reader_digest:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with another reader (digest "
-                                   f"{position.reader_digest}); this ShardedStream's reader has digest "
+                                   f"{position.reader_digest}); this {stream.kind_name}'s reader has digest "
                                    f"{stream.reader_digest}")
         if position.lengths_digest != stream.lengths_digest():
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved for shards of other item counts: a "

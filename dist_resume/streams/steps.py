@@ -5,8 +5,8 @@ process joins the parts of a step in layout order, so a batch does not depend on
 worker read what.
 
 A step source is a `ShardedStream`, or what a dataset's `step_source(seed, shuffle)`
-returns (a `Mixture` with stream sources): an object with `canonical_streams` (int or
-None), `saved_length` (the dataset length its loader state records), `digest`,
+returns (a `Mixture` with stream sources): an object with `kind_name` (what errors call
+it), `canonical_streams` (int or None), `saved_length` (the dataset length its loader state records), `digest`,
 `reader_digest`, `lengths_digest()`, `lengths()` (counts what it must, once, before workers
 copy it), `epoch_order(epoch, C)` (an order with `total`, `chunks(start, stop)` and
 `owner(key, roles)`, see `canonical.EpochOrder`) and `canonical_reader(epoch, key, C)` (a
