@@ -34,8 +34,9 @@ class MixtureOrder:
 
 
 class Mixture(Dataset):
-    """Named map-style sources blended by weights; position `p` of the run reads one sample
-    of one source, fixed by arithmetic on `p` and the weights (nothing is materialized).
+    """Named sources (map-style datasets and `ShardedStream`s) blended by weights; position
+    `p` of the run reads one sample of one source, fixed by arithmetic on `p` and the
+    weights (nothing is materialized).
 
     - `weights`: `{name: weight}`, or stages `[(start, {name: weight}), ...]` (the first at
       0) over the run's positions `epoch * length + p`. Over any `W` consecutive positions
@@ -57,6 +58,16 @@ class Mixture(Dataset):
     With `ResumableDataLoader` every loader guarantee holds: it reads positions through
     `position_order` (the mixture's positions are never permuted), seeds each sample from
     its position (G4) and saves the definition with its state.
+
+    A `ShardedStream` source's length is its items, and its source-epoch one pass over its
+    epoch order (`stream_steps`: its draw `k` is item `k % len` of its order of epoch
+    `k // len`). With stream sources the loader reads the mixture by global steps as it
+    reads one stream: the same global batches at any world size and `num_workers` (G3),
+    each source once per source-epoch, the state a few integers; the loader's `shuffle`
+    orders the map-style sources only, and samples are seeded per worker stream, not per
+    position. `canonical_streams`: the canonical stream count of every stream source; the
+    sources must agree on it (`ValueError` naming them otherwise); None: theirs, or the
+    first run's slot count. Stream sources are not indexed (`mixture[i]` is a TypeError).
     """
 
     def __init__(self, sources: Mapping[str, Dataset | ShardedStream], weights: WeightsOrStages,
