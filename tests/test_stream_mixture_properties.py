@@ -105,3 +105,10 @@ def test_global_batches_do_not_depend_on_the_world_size(spec, world_size, other,
                 for step in range(max(counts))]
 
     assert steps(world_size) == steps(other) == steps(1)
+
+
+def test_a_later_source_epoch_retires_only_the_same_streams_earlier_readers():
+    later = SourceKey(1, 3, 2)
+    assert later.supersedes(SourceKey(1, 2, 2)) and later.supersedes(SourceKey(1, 0, 2))
+    assert not any(later.supersedes(key) for key in (SourceKey(1, 3, 2), SourceKey(1, 4, 2), SourceKey(0, 2, 2),
+                                                     SourceKey(1, 2, 1), SourceKey(1, -1, 0), 2))

@@ -167,3 +167,30 @@ def test_sources_continue_across_loader_epochs(urls):
         per_rank.append([batch.tolist() for batch in loader])
     second = [sum(batches, []) for batches in zip(*per_rank)]
     assert first + second == uninterrupted
+
+
+class LiveReaders:
+    """A JSONL reader that counts the shard readers alive at once (num_workers=0: in process)."""
+
+    def __init__(self) -> None:
+        self.alive = self.most = 0
+
+    def __call__(self, file):
+        self.alive += 1
+        self.most = max(self.most, self.alive)
+        try:
+            yield from read_jsonl(file)
+        finally:
+            self.alive -= 1
+
+
+def test_a_small_source_drawn_over_many_source_epochs_keeps_few_shards_open(urls):
+    """"code" holds 62 items and is drawn 600 times: readers of its finished source-epochs
+    are let go (and their shards closed), so at most one per canonical stream stays open."""
+    reader = LiveReaders()
+    code = ShardedStream(urls["code"], reader, window=4, seed=5, canonical_streams=2)
+    mixture = Mixture({"code": code, "table": Table()}, {"code": 5, "table": 1}, 720)
+    items = [item for batch in ResumableDataLoader(mixture, batch_size=GLOBAL_BATCH) for item in batch.tolist()]
+    assert_once_per_source_epoch([items])
+    assert sum(item < 500_000 for item in items) == 600
+    assert reader.most <= 2 + 1  # one per canonical stream, and the next source-epoch's while it opens

@@ -36,6 +36,12 @@ class SourceKey(NamedTuple):
     epoch: int
     stream: int
 
+    def supersedes(self, other: object) -> bool:
+        """Whether `other` reads an earlier source-epoch of the same canonical stream, which
+        the layout, going forward, no longer needs (the final step's padding reopens it)."""
+        return (isinstance(other, SourceKey) and (other.source, other.stream) == (self.source, self.stream)
+                and 0 <= other.epoch < self.epoch)
+
 
 class MixtureStepOrder:
     """Loader epoch `epoch`'s positions of a Mixture of streams, as `chunks` of readers."""

@@ -102,6 +102,14 @@ class StepReader:
 
     def _reader(self, stream: Any) -> CanonicalReader:
         if stream not in self._readers:
+            # A key that `supersedes` others (a later source-epoch of a Mixture's stream)
+            # retires their readers and the shards they hold open; one needed again reopens.
+            supersedes = getattr(stream, "supersedes", None)
+            if supersedes is not None:
+                for old in [key for key in self._readers if supersedes(key)]:
+                    retired = self._readers.pop(old)
+                    if callable(getattr(retired, "close", None)):
+                        retired.close()
             self._readers[stream] = self._stream.canonical_reader(self._settings.epoch, stream,
                                                                   self._settings.canonical_streams)
         return self._readers[stream]
