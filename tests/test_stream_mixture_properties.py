@@ -1,7 +1,7 @@
 """Property tests of a Mixture of streams' step arithmetic (dist_resume.mixtures.stream_steps):
 a loader epoch's items, cut into steps anywhere, are exactly those its positions draw one by
-one; each step is laid out canonical stream first, map-style items last; and the global
-batches do not depend on the world size (G3)."""
+one; each step is laid out canonical stream by canonical stream, each followed by an equal
+run of the map-style draws; and the global batches do not depend on the world size (G3)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,10 @@ def read_nothing(file):
 
 
 def items(pieces) -> list[tuple]:
-    return [(*piece.stream, piece.start + i) for piece in pieces for i in range(piece.count)]
+    """(source, source-epoch, canonical stream, index) of each item; a map-style draw:
+    (source, -1, 0, draw), wherever it was laid out."""
+    return [(key.source, key.epoch, key.stream if key.epoch >= 0 else 0, piece.start + i)
+            for piece in pieces for key in [piece.stream] for i in range(piece.count)]
 
 
 def one_by_one(mixture: Mixture, streams: list[ShardedStream], spec) -> list[tuple]:
@@ -84,9 +87,12 @@ def test_steps_cut_anywhere_hold_the_positions_items_laid_out_stream_first(spec,
         assert sum(piece.count for piece in pieces) == stop - start
         assert [piece.offset for piece in pieces] == [sum(p.count for p in pieces[:i]) for i in range(len(pieces))]
         keys = [piece.stream for piece in pieces]
-        streamed = [key for key in keys if key.epoch >= 0]
-        assert keys[: len(streamed)] == streamed == sorted(streamed, key=lambda k: (k.stream, k.source, k.epoch))
         assert all(isinstance(key, SourceKey) for key in keys)
+        assert keys == sorted(keys, key=lambda k: (k.stream, k.epoch < 0, k.source, k.epoch))
+        runs = [sum(piece.count for piece in pieces if piece.stream.epoch < 0 and piece.stream.stream == c)
+                for c in range(spec["canonical_streams"])]
+        mapped = sum(runs)
+        assert runs == [(c + 1) * mapped // len(runs) - c * mapped // len(runs) for c in range(len(runs))]
         taken += items(pieces)
     assert sorted(taken) == sorted(one_by_one(mixture, streams, spec))
 

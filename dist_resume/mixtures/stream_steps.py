@@ -6,7 +6,8 @@ The run's positions `[k*G, (k+1)*G)` (global step `k`) fix its items: each posit
 item of one canonical stream; a map-style source's draw reads its source order (seeded by
 the loader's seed and `shuffle`). A step's draws of a source are consecutive, so a step is
 a few runs of items per source. It is laid out canonical stream first (stream `c` of every
-source, in source order, then stream `c + 1`), map-style items last; rank `r` takes
+source, in source order, then a `1/C` run of the step's map-style draws, then stream
+`c + 1`), so that map-style items move no stream boundary far; rank `r` takes
 `[r*b, (r+1)*b)` of it (`canonical.StepLayout`). All of it is arithmetic on the schedule
 and the sources' item counts: the same at every world size and `num_workers` (G3).
 """
@@ -30,7 +31,8 @@ _ORDERS_KEPT = 64  # source-epoch orders a step order keeps (a step touches a fe
 
 class SourceKey(NamedTuple):
     """What reads a piece: canonical stream `stream` of source-epoch `epoch` of stream source
-    `source`; or, with `epoch` -1, the draws of map-style source `source`."""
+    `source`; or, with `epoch` -1, the draws of map-style source `source` laid out after
+    canonical stream `stream`."""
 
     source: int
     epoch: int
@@ -58,10 +60,12 @@ class MixtureStepOrder:
 
     def chunks(self, start: int, stop: int) -> list[Piece]:
         """The items at positions `[start, stop)` of the epoch: canonical stream by canonical
-        stream (every stream source's items of it, in source order), then map-style ones."""
+        stream, every stream source's items of it in source order, then its run of the
+        map-style draws."""
         before = self._schedule.draws_before(self._run_start + start)
         after = self._schedule.draws_before(self._run_start + stop)
-        streamed: list[tuple[int, int, int, int, int]] = []  # (stream, source, epoch, first, count)
+        # (canonical stream, 0 for stream items / 1 for map-style ones, source, source-epoch, first, count)
+        laid: list[tuple[int, int, int, int, int, int]] = []
         mapped: list[tuple[int, int, int]] = []  # (source, first draw, count)
         for source, (first, end) in enumerate(zip(before, after)):
             if first == end:
@@ -74,21 +78,33 @@ class MixtureStepOrder:
                 epoch, within = divmod(draw, self._lengths[source])
                 count = min(end - draw, self._lengths[source] - within)
                 for piece in self._order(source, epoch).chunks(within, within + count):
-                    streamed.append((piece.stream, source, epoch, piece.start, piece.count))
+                    laid.append((piece.stream, 0, source, epoch, piece.start, piece.count))
                 draw += count
+        laid += [(stream, 1, source, -1, first, count) for stream, source, first, count in self._spread(mapped)]
         pieces, offset = [], 0
-        for stream, source, epoch, first, count in sorted(streamed):
+        for stream, _, source, epoch, first, count in sorted(laid):
             pieces.append(Piece(SourceKey(source, epoch, stream), first, count, offset))
-            offset += count
-        for source, first, count in mapped:
-            pieces.append(Piece(SourceKey(source, -1, 0), first, count, offset))
             offset += count
         return pieces
 
+    def _spread(self, mapped: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+        """A step's map-style draws, in source order, cut into `C` runs as equal as can be:
+        run `c` goes after canonical stream `c`, so that stream boundaries, and with them
+        the ranks' reading, stay where they would be without map-style sources."""
+        streams, total = self._canonical_streams, sum(count for _, _, count in mapped)
+        runs, done = [], 0  # run c: the draws [c * total // C, (c + 1) * total // C) of the step's
+        for source, first, count in mapped:
+            while count:
+                stream = ((done + 1) * streams - 1) // total  # the run that holds draw `done`
+                take = min(count, (stream + 1) * total // streams - done)
+                runs.append((stream, source, first, take))
+                first, count, done = first + take, count - take, done + take
+        return runs
+
     def owner(self, key: SourceKey, roles: int) -> int:
-        """The worker role that reads `key`: canonical stream `c` of every source is read by
-        one role (as for a single stream); a map-style source by the role of its number."""
-        return owner(key.stream if key.epoch >= 0 else key.source, roles)
+        """The worker role that reads `key`: canonical stream `c` of every source, and the
+        map-style run laid out after it, are read by one role (as for a single stream)."""
+        return owner(key.stream, roles)
 
     def _order(self, source: int, epoch: int) -> EpochOrder:
         if (source, epoch) not in self._orders:
