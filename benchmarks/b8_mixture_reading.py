@@ -14,6 +14,8 @@ import random
 import tempfile
 from pathlib import Path
 
+from torch.utils.data import Dataset
+
 from dist_resume import Mixture, ResumableDataLoader, ShardedStream
 
 from .b8_stream_reading import CANONICAL_STREAMS, GLOBAL_BATCH, WORLD_SIZES, CountingReader, write_shards
@@ -21,11 +23,28 @@ from .report import FigureResult
 from .timing import Stats
 
 
-def read_ratio(sources: dict[str, tuple[list[str], list[int]]], world_size: int) -> float:
+class Numbers(Dataset):
+    """A map-style source of `length` items."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def read_ratio(sources: dict[str, tuple[list[str], list[int]]], world_size: int, mapped: int = 0) -> float:
+    """Weights in proportion to the sources' items; `mapped`: the items of a map-style
+    source mixed in (none if 0)."""
     reader = CountingReader()
-    streams = {name: ShardedStream(urls, reader, window=16, seed=3, lengths=sizes)
-               for name, (urls, sizes) in sources.items()}
+    streams: dict = {name: ShardedStream(urls, reader, window=16, seed=3, lengths=sizes)
+                     for name, (urls, sizes) in sources.items()}
     weights = {name: sum(sizes) for name, (_, sizes) in sources.items()}
+    if mapped:
+        streams["table"], weights["table"] = Numbers(mapped), mapped
     mixture = Mixture(streams, weights, canonical_streams=CANONICAL_STREAMS)
     for rank in range(world_size):
         loader = ResumableDataLoader(mixture, batch_size=GLOBAL_BATCH // world_size, rank=rank, world_size=world_size)
@@ -45,31 +64,34 @@ def run(quick: bool) -> list[FigureResult]:
                                   f"G={GLOBAL_BATCH}", "ratio")
     shards = 16 if quick else 32
     rng = random.Random(0)
-    cases = {
-        # weights 2:1 of equal shards: 32 and 16 items of every step, multiples of C
-        "aligned": {"a": [96] * shards, "b": [96] * (shards // 2)},
-        # weights by items: a step's share of each canonical stream varies
-        "by items": {"equal": [96] * shards, "uneven": [rng.randint(40, 150) for _ in range(shards)]},
+    cases = {  # (stream sources' shard sizes, map-style items); weights by items
+        # 2:1 of equal shards: 32 and 16 items of every step, multiples of C
+        "aligned": ({"a": [96] * shards, "b": [96] * (shards // 2)}, 0),
+        # 4:1:1 with a map-style source: 32, 8 and 8 items of every step
+        "aligned, map-style 1/6": ({"a": [96] * shards, "b": [48] * (shards // 2)}, 24 * shards),
+        # a step's share of each canonical stream varies
+        "by items": ({"equal": [96] * shards, "uneven": [rng.randint(40, 150) for _ in range(shards)]}, 0),
     }
     with tempfile.TemporaryDirectory() as directory:
-        for case, sizes in cases.items():
+        for case, (sizes, mapped) in cases.items():
             sources = {}
             for name, counts in sizes.items():
-                root = Path(directory, case.replace(" ", "-"), name)
+                root = Path(directory, f"case-{len(sources)}-{list(cases).index(case)}", name)
                 root.mkdir(parents=True)
                 sources[name] = (write_shards(root, counts), counts)
             for world_size in WORLD_SIZES:
-                ratio = read_ratio(sources, world_size)
+                ratio = read_ratio(sources, world_size, mapped)
                 reading.add(f"{world_size} ranks", case, Stats.exact(ratio))
-                if case == "aligned" and CANONICAL_STREAMS % world_size == 0:
+                if case.startswith("aligned") and CANONICAL_STREAMS % world_size == 0:
                     reading.check(f"aligned, {world_size} ranks", ratio, "== 1", abs(ratio - 1) < 1e-9)
                 else:
                     reading.check(f"{case}, {world_size} ranks", ratio, f"<= {bound(world_size):.3g}",
                                   ratio <= bound(world_size) + 1e-9)
     reading.notes.append(
-        f"{shards} shards per source (aligned: {shards} and {shards // 2} shards of 96 items, weights 2:1; by items: "
-        "96 items each and 40..150 items (seeded), weights in proportion to their items); the epoch is as long as "
-        "both sources together. With weights by items a step's share of each canonical stream varies by a few "
+        f"{shards} shards per source (aligned: {shards} and {shards // 2} shards of 96 items, weights 2:1; with a "
+        f"map-style source: {shards} shards of 96 items, {shards // 2} of 48 and {24 * shards} map-style items, 4:1:1; "
+        "by items: 96 items each and 40..150 items (seeded)); weights in proportion to the sources' items, the epoch "
+        "as long as all of them together. With weights by items a step's share of each canonical stream varies by a few "
         "items, so rank boundaries fall inside streams and the ranks on both sides read the shard there.")
     return [reading]
 
@@ -79,5 +101,5 @@ if __name__ == "__main__":
         print(figure.title)
         for world_size in WORLD_SIZES:
             values = ", ".join(f"{case}: {figure.value(f'{world_size} ranks', case).median:.3f}"
-                               for case in ("aligned", "by items"))
+                               for case in ("aligned", "aligned, map-style 1/6", "by items"))
             print(f"  {world_size} ranks: {values} (bound {bound(world_size):.3g})")
