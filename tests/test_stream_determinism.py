@@ -56,8 +56,9 @@ def global_steps(per_rank: list[list[list[int]]]) -> list[list[int]]:
     return [[item for batches in per_rank for item in batches[step]] for step in range(len(per_rank[0]))]
 
 
-@pytest.mark.parametrize("chain", [[(2, 2, 3), (3, 0, 2), (1, 2, None)], [(3, 1, 1), (2, 0, 4), (6, 1, None)]],
-                         ids=["2x2-3x0-1x2", "3x1-2x0-6x1"])
+@pytest.mark.parametrize("chain", [[(2, 2, 3), (3, 0, 2), (1, 2, None)], [(3, 1, 1), (2, 0, 4), (6, 1, None)],
+                                   [(2, 0, 2), (2, 2, 3), (2, 1, None)]],
+                         ids=["2x2-3x0-1x2", "3x1-2x0-6x1", "2x0-2x2-2x1"])
 @pytest.mark.parametrize("options", [{}, {"drop_last": True}], ids=["padded", "dropped"])
 def test_g3_global_batches_are_the_uninterrupted_runs(urls, chain, options):
     stream = make_stream(urls)  # canonical_streams: the first job's slots, adopted after
@@ -72,14 +73,17 @@ def test_g3_global_batches_are_the_uninterrupted_runs(urls, chain, options):
     items = [item for step in steps for item in step]
     if options:
         assert len(items) == total // GLOBAL_BATCH * GLOBAL_BATCH and len(set(items)) == len(items)
-    else:
-        assert sorted(items[:total]) == all_items() and len(items) == -(-total // GLOBAL_BATCH) * GLOBAL_BATCH
+    else:  # the final step is padded with items from the start of the epoch
+        assert len(items) == -(-total // GLOBAL_BATCH) * GLOBAL_BATCH and sorted(set(items)) == all_items()
+        assert len(items) - len(set(items)) == -total % GLOBAL_BATCH
 
 
-def test_without_even_batches_ranks_past_the_end_get_one_batch_less(urls):
+def test_without_even_batches_ranks_without_items_in_the_final_step_get_one_batch_less(urls):
     per_rank, _ = job(make_stream(urls, canonical_streams=4), 3, 0, None, None, even_batches=False)
     full, partial = divmod(len(all_items()), GLOBAL_BATCH)
-    assert [len(batches) for batches in per_rank] == [full + (partial > rank * 2) for rank in range(3)]
+    assert partial and full + 1 == max(len(batches) for batches in per_rank)
+    assert min(len(batches) for batches in per_rank) >= full
+    assert sum(len(batches[-1]) for batches in per_rank if len(batches) > full) == partial
     assert sorted(item for batches in per_rank for batch in batches for item in batch) == all_items()
 
 
@@ -187,3 +191,25 @@ def test_a_state_from_ranks_at_different_positions_resumes_only_at_its_world_siz
 def test_bad_arguments_are_refused(kwargs, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         ShardedStream(["a.jsonl", "b.jsonl"], read_jsonl, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_workers_beyond_the_streams_return_empty_parts(urls):
+    """3 workers, 2 canonical streams: the third owns none, and the batches are unchanged."""
+    def batches(num_workers: int) -> list[list[int]]:
+        stream = make_stream(urls, canonical_streams=2)
+        return [batch.tolist() for batch in ResumableDataLoader(stream, batch_size=5, num_workers=num_workers)]
+
+    assert batches(3) == batches(0)
+
+
+def test_a_reader_error_names_the_shard(urls):
+    def failing(file):
+        for line in file:
+            if b"3005" in line:
+                raise ValueError("bad line")
+            yield 0
+
+    with pytest.raises(ValueError, match="^bad line") as raised:
+        list(ResumableDataLoader(ShardedStream(urls, failing, lengths=SHARD_SIZES), batch_size=4))
+    assert raised.value.__notes__ == [f"while reading shard {urls[3]}"]

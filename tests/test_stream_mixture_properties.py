@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dist_resume import Mixture
-from dist_resume.mixtures.stream_steps import SourceKey
+from dist_resume.mixtures.stream_steps import MixtureLayout, SourceKey
 from dist_resume.positions.layout import TailMode
 from dist_resume.streams import ShardedStream
-from dist_resume.streams.canonical import StepLayout
 
 from .stream_mixture_jobs import Table
 
@@ -58,7 +57,8 @@ def items(pieces) -> list[tuple]:
 
 def one_by_one(mixture: Mixture, streams: list[ShardedStream], spec) -> list[tuple]:
     """Each position's item, drawn alone: (source, source-epoch, canonical stream, index)
-    for a stream source, (source, -1, 0, draw) for the map-style one."""
+    for a stream source (position `m` of a source-epoch is item `m // C` of canonical
+    stream `m % C`), (source, -1, 0, draw) for the map-style one."""
     drawn = []
     start = spec["epoch"] * mixture.length
     for position in range(start, start + mixture.length):
@@ -69,8 +69,8 @@ def one_by_one(mixture: Mixture, streams: list[ShardedStream], spec) -> list[tup
             drawn.append((source, -1, 0, draw))
             continue
         epoch, within = divmod(draw, mixture.lengths[source])
-        (piece,) = streams[source].epoch_order(epoch, spec["canonical_streams"]).chunks(within, within + 1)
-        drawn.append((source, epoch, piece.stream, piece.start))
+        stream, index = within % spec["canonical_streams"], within // spec["canonical_streams"]
+        drawn.append((source, epoch, stream, index))
     return drawn
 
 
@@ -78,7 +78,7 @@ def one_by_one(mixture: Mixture, streams: list[ShardedStream], spec) -> list[tup
 @given(mixtures, st.lists(st.integers(0, 200), max_size=6))
 def test_steps_cut_anywhere_hold_the_positions_items_laid_out_stream_first(spec, cuts):
     mixture, streams = build(spec)
-    order = mixture.step_source(0, False).epoch_order(spec["epoch"], spec["canonical_streams"])
+    order = mixture.step_source(0, False).step_order(spec["epoch"], spec["canonical_streams"])
     assert order.total == mixture.length
     bounds = sorted({0, order.total, *(cut % (order.total + 1) for cut in cuts)})
     taken = []
@@ -101,11 +101,11 @@ def test_steps_cut_anywhere_hold_the_positions_items_laid_out_stream_first(spec,
 @given(mixtures, st.integers(1, 4), st.integers(1, 4), st.integers(1, 5), st.sampled_from(list(TailMode)))
 def test_global_batches_do_not_depend_on_the_world_size(spec, world_size, other, batch_size, mode):
     mixture, _ = build(spec)
-    order = mixture.step_source(0, False).epoch_order(spec["epoch"], spec["canonical_streams"])
+    order = mixture.step_source(0, False).step_order(spec["epoch"], spec["canonical_streams"])
     global_batch = world_size * other * batch_size
 
     def steps(ranks: int) -> list[list[tuple]]:
-        layout = StepLayout(order, 0, ranks, global_batch // ranks, mode)
+        layout = MixtureLayout(order, 0, ranks, global_batch // ranks, mode)
         counts = [layout.num_batches(rank) for rank in range(ranks)]
         return [[item for rank in range(ranks) if step < counts[rank] for item in items(layout.batch(rank, step))]
                 for step in range(max(counts))]

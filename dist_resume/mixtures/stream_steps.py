@@ -2,14 +2,16 @@
 
 The run's positions `[k*G, (k+1)*G)` (global step `k`) fix its items: each position's
 `(source, draw)` comes from the schedule, as for map-style sources. A stream source's draw
-`d` is position `d % T` (`T` its items) of its `EpochOrder` of source-epoch `d // T`, an
-item of one canonical stream; a map-style source's draw reads its source order (seeded by
+`d` is position `m = d % T` (`T` its items) of its epoch order of source-epoch `d // T`:
+item `m // C` of its canonical stream `m % C`; a map-style source's draw reads its source order (seeded by
 the loader's seed and `shuffle`). A step's draws of a source are consecutive, so a step is
 a few runs of items per source. It is laid out canonical stream first (stream `c` of every
 source, in source order, then a `1/C` run of the step's map-style draws, then stream
 `c + 1`), so that map-style items move no stream boundary far; rank `r` takes
 `[r*b, (r+1)*b)` of it (`canonical.StepLayout`). All of it is arithmetic on the schedule
-and the sources' item counts: the same at every world size and `num_workers` (G3).
+and the sources' item counts: the same at every world size and `num_workers` (G3). The
+final, partial step of a loader epoch is dropped, cut short, or padded with the epoch's
+first positions (wrapping), as for map-style data (G2).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from torch.utils.data import Dataset
 
 from dist_resume.mixtures.schedule import Schedule
 from dist_resume.mixtures.source_orders import SourceOrders, name_key
+from dist_resume.positions.layout import TailMode
 from dist_resume.randomness.seeds import derive_seed
-from dist_resume.streams.canonical import EpochOrder, Piece, owner
+from dist_resume.streams.canonical import Piece, owner, step_chunks, window
 from dist_resume.streams.sharded import ShardedStream
-
-_ORDERS_KEPT = 64  # source-epoch orders a step order keeps (a step touches a few)
+from dist_resume.streams.steps import StepSettings
 
 
 class SourceKey(NamedTuple):
@@ -56,7 +58,8 @@ class MixtureStepOrder:
         self._run_start = run_start
         self.total = total
         self._canonical_streams = canonical_streams
-        self._orders: dict[tuple[int, int], EpochOrder] = {}
+        self._stream_lengths = [source.stream_lengths(canonical_streams) if isinstance(source, ShardedStream)
+                                else [] for source in sources]
 
     def chunks(self, start: int, stop: int) -> list[Piece]:
         """The items at positions `[start, stop)` of the epoch: canonical stream by canonical
@@ -77,7 +80,7 @@ class MixtureStepOrder:
             while draw < end:
                 epoch, within = divmod(draw, self._lengths[source])
                 count = min(end - draw, self._lengths[source] - within)
-                for piece in self._order(source, epoch).chunks(within, within + count):
+                for piece in step_chunks(self._stream_lengths[source], within, count):
                     laid.append((piece.stream, 0, source, epoch, piece.start, piece.count))
                 draw += count
         laid += [(stream, 1, source, -1, first, count) for stream, source, first, count in self._spread(mapped)]
@@ -101,17 +104,51 @@ class MixtureStepOrder:
                 first, count, done = first + take, count - take, done + take
         return runs
 
+
+class MixtureLayout:
+    """A rank's batches of a loader epoch of a Mixture of streams from epoch position
+    `origin` on: its `j`-th batch is `[r*b, (r+1)*b)` of the step at
+    `[origin + j*G, origin + (j+1)*G)` (`MixtureStepOrder.chunks`). The final, partial
+    step is, by `mode`: dropped; padded with the epoch's first positions (wrapping), laid
+    out after its own items, so every rank gets the same number of batches; or cut short
+    (ranks past its end get one batch less)."""
+
+    def __init__(self, order: MixtureStepOrder, origin: int, world_size: int, batch_size: int,
+                 mode: TailMode) -> None:
+        self._order = order
+        self.origin = origin
+        self.batch_size = batch_size
+        self.global_batch = world_size * batch_size
+        self.mode = mode
+
+    def num_batches(self, rank: int) -> int:
+        full, partial = divmod(self._order.total - self.origin, self.global_batch)
+        if self.mode is TailMode.DROP:
+            return full
+        if self.mode is TailMode.PAD:
+            return full + (partial > 0)
+        return full + (partial > rank * self.batch_size)
+
+    def end(self, step: int) -> int:
+        """The epoch position after step `step`."""
+        return min(self.origin + (step + 1) * self.global_batch, self._order.total)
+
+    def batch(self, rank: int, step: int) -> list[Piece]:
+        start = self.origin + step * self.global_batch
+        stop = self.end(step)
+        layout = self._order.chunks(start, stop)
+        missing, offset = start + self.global_batch - stop, stop - start
+        while self.mode is TailMode.PAD and missing > 0:
+            wrapped = min(missing, self._order.total)
+            layout += [piece._replace(offset=piece.offset + offset, padding=True)
+                       for piece in self._order.chunks(0, wrapped)]
+            missing, offset = missing - wrapped, offset + wrapped
+        return window(layout, rank * self.batch_size, (rank + 1) * self.batch_size)
+
     def owner(self, key: SourceKey, roles: int) -> int:
         """The worker role that reads `key`: canonical stream `c` of every source, and the
         map-style run laid out after it, are read by one role (as for a single stream)."""
         return owner(key.stream, roles)
-
-    def _order(self, source: int, epoch: int) -> EpochOrder:
-        if (source, epoch) not in self._orders:
-            if len(self._orders) >= _ORDERS_KEPT:
-                self._orders.clear()
-            self._orders[source, epoch] = self._sources[source].epoch_order(epoch, self._canonical_streams)
-        return self._orders[source, epoch]
 
 
 class MapDraws:
@@ -164,10 +201,19 @@ class MixtureSteps:
         """Every stream source's items (counted by the Mixture when it was made)."""
         return [sum(source.lengths()) for source in self._sources if isinstance(source, ShardedStream)]
 
-    def epoch_order(self, epoch: int, canonical_streams: int) -> MixtureStepOrder:
+    @property
+    def epoch_items(self) -> int:
+        return self._mixture.length
+
+    def step_order(self, epoch: int, canonical_streams: int) -> MixtureStepOrder:
+        """Loader epoch `epoch`'s positions as pieces of readers."""
         mixture = self._mixture
         return MixtureStepOrder(mixture.schedule, self._sources, mixture.lengths, epoch * mixture.length,
                                 mixture.length, canonical_streams)
+
+    def step_layout(self, settings: StepSettings) -> MixtureLayout:
+        return MixtureLayout(self.step_order(settings.epoch, settings.canonical_streams), settings.origin,
+                             settings.world_size, settings.batch_size, settings.mode)
 
     def canonical_reader(self, epoch: int, key: SourceKey, canonical_streams: int) -> Any:
         """The reader of `key` (the loader `epoch` plays no part: keys count source-epochs)."""

@@ -19,7 +19,6 @@ Two kinds of stream:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -42,6 +41,18 @@ from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
 STREAM_KEY = "stream"
+
+
+def stream_cursor(dataset: Any, sampled: bool, *args: Any) -> StreamCursor | None:
+    """The cursor of a dataset read as a stream (an IterableDataset, or a step source such
+    as a Mixture of streams, which takes no sampler: `sampled`), else None; `args` as for
+    `StreamCursor`."""
+    if not isinstance(dataset, IterableDataset) and step_source(dataset) is None:
+        return None
+    if sampled and not isinstance(dataset, IterableDataset):  # torch's DataLoader refuses one for an IterableDataset
+        raise ValueError("a Mixture with ShardedStream sources orders its own global batches: ResumableDataLoader "
+                         "takes no sampler or batch_sampler for it")
+    return StreamCursor(dataset, *args)
 
 
 class StreamCursor:
@@ -148,8 +159,7 @@ class StreamCursor:
 
     def accept(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int,
                world_size: int) -> tuple[RankState, Callable[[], None]]:
-        """Check a loaded state; return the saved progress this rank continues (its own when
-        the layout is unchanged; else a fresh count in the ranks' common epoch) and what
+        """Check a loaded state; return the saved progress this rank continues and what
         continues the stream from it. Nothing changes before that is called."""
         entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
         metas = {saved_rank: read_meta(entry, _where(saved_rank)) for saved_rank, entry in entries.items()}
@@ -171,20 +181,11 @@ class StreamCursor:
                 saved.require_complete(f"resuming rank {rank}")
             return saved.ranks[rank], self._adopt(self._records.accept({_where(rank): entries[rank]}),
                                                    metas[rank].last_role)
-        describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
-                    f"world size {world_size} with num_workers={self.num_workers}")
-        if not self._records.elastic:
-            raise ResumeStateError(
-                f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
-                "with the saved world size and num_workers"
-            )
-        saved.one_epoch(f"at world size {world_size} with num_workers={self.num_workers}",
-                        f"world size {saved_world_size} with num_workers={num_workers}", "world size or num_workers")
-        adopt_records = self._records.accept({_where(saved_rank): entry for saved_rank, entry in entries.items()})
-        finished = all(state.epoch_finished for state in saved.ranks.values())
-        return (dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
-                                    samples_consumed=0, epoch_finished=int(finished)),
-                self._adopt(adopt_records, -1))
+        raise ResumeStateError(
+            f"loader state was saved at world size {saved_world_size} with num_workers={num_workers}; this loader "
+            f"has world size {world_size} with num_workers={self.num_workers}: an IterableDataset other than "
+            "ShardedStream resumes only with the saved world size and num_workers"
+        )
 
     def _adopt(self, adopt_records: Callable[[], None], last_role: int) -> Callable[[], None]:
         def adopt() -> None:

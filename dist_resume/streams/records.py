@@ -21,7 +21,6 @@ class SnapshotRecords:
     the items the role yielded since."""
 
     kind = SNAPSHOT_KIND
-    elastic = False  # a role's stream cannot move to another world size or worker count
     length = 0  # what the loader's state calls the dataset length
 
     def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool, carry: bool) -> None:

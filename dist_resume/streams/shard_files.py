@@ -63,19 +63,20 @@ class ShardItems:
         self.window = window
         self.shuffle_seed = shuffle_seed  # derive_seed(seed, epoch); None: no shuffling
 
-    def items(self, url: str, shard: int, count: int, skip: int) -> Iterator[Any]:
-        """Items `[skip, count)` of the shard's shuffled order; its `count` is checked."""
+    def items(self, url: str, shard: int, count: int, skip: int, stop: int) -> Iterator[Any]:
+        """Items `[skip, stop)` of the shard's shuffled order; its `count` is checked as far
+        as the shard is read (to its end when `stop == count`)."""
         with opened(url, self.storage_options) as file:
             items = iter(self.reader(file))
-            for block, start in enumerate(range(0, count, self.window)):
+            for block, start in enumerate(range(0, stop, self.window)):
                 size = min(self.window, count - start)
                 values = list(itertools.islice(items, size))
                 if len(values) < size:
                     raise ShardCountError(f"shard {redact_url(url)} holds {start + len(values)} items, fewer than "
                                           f"its count of {count}: {_CHANGED}")
                 if start + size > skip:  # else consumed already: read past, no shuffling
-                    yield from self._shuffled(values, shard, block)[max(skip - start, 0):]
-            if next(items, _END) is not _END:
+                    yield from self._shuffled(values, shard, block)[max(skip - start, 0):stop - start]
+            if stop == count and next(items, _END) is not _END:
                 raise ShardCountError(f"shard {redact_url(url)} holds more than its count of {count} items: {_CHANGED}")
 
     def _shuffled(self, block: list[Any], shard: int, index: int) -> list[Any]:

@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import guarded
-from dist_resume.streams.canonical import EpochOrder
+from dist_resume.streams.canonical import stream_lengths
 from dist_resume.streams.shard_files import ShardItems, count_items
 from dist_resume.streams.stream_reader import CanonicalReader
 
@@ -29,29 +29,38 @@ class ShardedStream(IterableDataset):
 
     Through `ResumableDataLoader` (GUARANTEES G1-G3, G5, G6 for streams):
 
-    - The epoch is read by `canonical_streams` canonical streams: stream `c` reads the
-      shards at positions `p % C == c` of the epoch's shard order (shuffled per epoch with
-      `shuffle`), each shard's items shuffled in fixed blocks of `window` items. Global step
-      `k` takes the next `G // C` items (one more for the first `G % C` streams) of every
-      stream, laid out stream after stream; once a stream runs short, its share is split
-      over the streams that still have items. Rank `r` takes slice `[r*b, (r+1)*b)`. The
+    - The epoch is read by `canonical_streams` canonical streams (`C`): the epoch's shards
+      (in an order shuffled per epoch with `shuffle`), each one's items shuffled in fixed
+      blocks of `window` items, are cut into `C` consecutive runs of equal length (a shard
+      may be cut in two); stream `c` reads run `c`. The epoch order takes one item of each
+      stream in turn, and global step `k` holds its positions `[k*G, (k+1)*G)`, laid out
+      stream after stream; rank `r` takes `[r*b, (r+1)*b)` of that layout. The
       global batches therefore depend only on the shards, their item counts, the reader,
       `seed`, `shuffle`, `window`, `canonical_streams` and the global batch `G`: they are
-      the same at every world size and `num_workers`, through any number of resumes.
+      the same at every world size and `num_workers`, through any number of resumes (G3).
       `None`: the slot count (world size x workers) of the run that starts the stream,
       saved in the state and adopted by a resume.
-    - Every rank gets the same number of batches per epoch: `drop_last` and `even_batches`
-      mean what they mean for map-style data (G2), so DDP cannot hang at an epoch's end.
-    - Extra reading: each rank reads only the shards holding items of its batches,
-      skipping whole shards by their counts, and each canonical stream a rank needs is read
-      by one of its workers. With `world_size` dividing `canonical_streams` and
-      `canonical_streams` dividing `G`, every shard is read exactly once per epoch (plus
-      the padding, at most `G - 1` items from the epoch's start). Otherwise every rank
-      boundary that falls inside a stream's chunk makes two ranks read that stream: at
-      most `world_size - 1` streams read twice while every stream has items, and after the
-      first stream runs dry at most every rank reading each remaining shard once.
-    - State: per rank a few integers (the canonical stream count, `G`, the global step,
-      digests of the shards' counts and of the reader), whatever the number of shards.
+    - Every item once per epoch across any resumes, also at another `G` (G2): a resume at
+      another world size or `G` continues from the epoch position every saved rank reached.
+    - Every rank gets the same number of batches per epoch (`len(loader)`): `drop_last` and
+      `even_batches` mean what they mean for map-style data (G2); the final step's padding
+      repeats items from the start of the same canonical streams.
+    - Extra reading: a rank reads only the canonical streams its batches take items from,
+      each by one of its workers, reading on past other ranks' items and skipping whole
+      shards by their counts. With `world_size` dividing `C` and `C` dividing `G`, each
+      stream is read by one rank, so each shard once per epoch (bytes read / shard bytes
+      1.00), but for: the prefix of a shard cut between two streams, read by both (at most
+      `C - 1` shards; none when the streams' runs end on shard boundaries), up to `window
+      - 1` items read past a stream's end in such a shard, and, when the final step is
+      padded, each stream's first window read again. With `C` dividing `G` but
+      `world_size` not dividing `C`, each of the `world_size - 1` rank boundaries falls
+      inside one stream's chunk, read by two ranks: at most `1 + (world_size - 1) / C`
+      times the above. When `C` does not divide `G` the boundaries move from step to step
+      and more streams are shared: keep `G` a multiple of `C` (benchmarks B8).
+    - State: per rank a few integers (the canonical stream count, `G`, the epoch position
+      of its next batch, digests of the shards' counts and of the reader), whatever the
+      number of shards (G5). A state for other shards, `canonical_streams`, reader or
+      counts is refused naming the field (G6).
 
     `lengths`: every shard's item count. Default: counted once, when a loader first needs
     it, by `reader.count(file)` if the reader has that attribute (a Parquet footer, say),
@@ -60,9 +69,13 @@ class ShardedStream(IterableDataset):
     shard holding another number of items than its count fails with a `ShardCountError`
     naming it; one that cannot be read, with a `StorageError` naming it and the cause.
 
+    A worker keeps one shard open per canonical stream it reads: a `C` far above the slot
+    count means many open files (and connections) per worker.
+
     `storage_options` go to fsspec (credentials, endpoint; G9). Iterated by a plain
     DataLoader, slot `s` of `S` (rank x worker) reads the canonical streams `c % S == s` of
-    the epoch set by `set_epoch` (default 0), from the start.
+    the epoch set by `set_epoch` (default 0), from the start; without `lengths`, call
+    `lengths()` before, or every worker counts every shard.
     """
 
     def __init__(
@@ -90,6 +103,7 @@ class ShardedStream(IterableDataset):
         self.canonical_streams = None if canonical_streams is None else checked_int(
             "canonical_streams", canonical_streams, 1, MAX_CANONICAL_STREAMS + 1)
         self._lengths: list[int] | None = None
+        self._lengths_digest: int | None = None
         if lengths is not None:
             if isinstance(lengths, (str, bytes)) or len(lengths) != len(self.shards):
                 raise ValueError(f"lengths must hold one item count per shard ({len(self.shards)})")
@@ -131,7 +145,10 @@ class ShardedStream(IterableDataset):
         return self._lengths
 
     def lengths_digest(self) -> int:
-        return derive_seed(len(self.shards), *self.lengths()) if self.shards else 0
+        """Identifies every shard's item count: a saved state must match it."""
+        if self._lengths_digest is None:  # kept: every state_dict() reports it
+            self._lengths_digest = derive_seed(len(self.shards), *self.lengths())
+        return self._lengths_digest
 
     def shard_order(self, epoch: int) -> list[int]:
         """Shard indices in the order epoch `epoch` reads them."""
@@ -140,18 +157,18 @@ class ShardedStream(IterableDataset):
         generator = torch.Generator().manual_seed(derive_seed(self.seed, epoch))
         return torch.randperm(len(self.shards), generator=generator).tolist()
 
-    def epoch_order(self, epoch: int, canonical_streams: int) -> EpochOrder:
-        """Epoch `epoch`'s order of items over `canonical_streams` streams."""
-        order, lengths = self.shard_order(epoch), self.lengths()
-        return EpochOrder([sum(lengths[shard] for shard in order[c::canonical_streams])
-                           for c in range(canonical_streams)])
+    def stream_lengths(self, canonical_streams: int) -> list[int]:
+        """Items of each of `canonical_streams` canonical streams (the same every epoch)."""
+        return stream_lengths(sum(self.lengths()), canonical_streams)
 
     def canonical_reader(self, epoch: int, stream: int, canonical_streams: int) -> CanonicalReader:
         """Canonical stream `stream`'s items of epoch `epoch`, by index."""
-        shards = self.shard_order(epoch)[stream::canonical_streams]
+        lengths = self.lengths()
         seed = derive_seed(self.seed, epoch) if self.shuffle else None
         items = ShardItems(self.reader, self.storage_options, self.window, seed)
-        return CanonicalReader([(self.shards[shard], shard, self.lengths()[shard]) for shard in shards], items)
+        spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
+        return CanonicalReader([(self.shards[shard], shard, lengths[shard], first, end) for shard, first, end in spans],
+                               items)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -161,3 +178,24 @@ class ShardedStream(IterableDataset):
         canonical_streams = self.canonical_streams or slots
         for stream in range(slot, canonical_streams, slots):
             yield from self.canonical_reader(self.epoch, stream, canonical_streams).all()
+
+
+def stream_spans(order: Sequence[int], lengths: Sequence[int], canonical_streams: int,
+                 stream: int) -> list[tuple[int, int, int]]:
+    """(shard, first item, end item) of the shards' items that canonical stream `stream`
+    reads: its run of the epoch's shards, in `order`, one after another. A shard may be cut
+    between two streams; an empty shard goes to the stream its place falls in."""
+    runs = stream_lengths(sum(lengths), canonical_streams)
+    begin = sum(runs[:stream])
+    end = begin + runs[stream]
+    last = stream == canonical_streams - 1
+    spans, offset = [], 0
+    for shard in order:
+        length = lengths[shard]
+        first, stop = max(begin, offset), min(end, offset + length)
+        if first < stop or (length == 0 and (begin <= offset < end or last and offset == end)):
+            spans.append((shard, first - offset, stop - offset if length else 0))
+        offset += length
+        if offset > end:
+            break
+    return spans

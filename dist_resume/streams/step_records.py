@@ -14,7 +14,7 @@ import torch
 from dist_resume.positions.layout import TailMode
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
-from dist_resume.streams.steps import StepResume, StepSettings, step_layout
+from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
 from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
 
 
@@ -22,7 +22,6 @@ class StepRecords:
     """The epoch position of this rank's next batch in the current epoch."""
 
     kind = CANONICAL_KIND
-    elastic = True
     carry = False  # every pass starts from its position alone
 
     def __init__(self, stream: Any, slots: int, world_size: int, batch_size: int) -> None:
@@ -77,7 +76,8 @@ class StepRecords:
         first_rank, first = next(iter(positions.items()))
         for saved_rank, position in positions.items():
             if position._replace(position=0) != first._replace(position=0):
-                raise ResumeStateError(f"{where(saved_rank)} field {CANONICAL!r} disagrees with the other ranks' entries")
+                raise ResumeStateError(
+                    f"{where(saved_rank)} field {CANONICAL!r} disagrees with the other ranks' entries")
         self._check(first, where(first_rank))
         if (saved.any.world_size, first.global_batch) == (self.world_size, self.global_batch):
             if rank not in saved.ranks:
@@ -90,7 +90,7 @@ class StepRecords:
             position, finished, furthest = _common_position(positions, saved)
             own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
                                       global_batch=self.global_batch, epoch_finished=int(finished))
-        total = self._stream.epoch_order(own.epoch, first.canonical_streams).total
+        total = epoch_items(self._stream)
         if position > total:
             raise ResumeStateError(f"{where(first_rank)} field {CANONICAL!r} says epoch position {position} of an "
                                    f"epoch of {total} items")

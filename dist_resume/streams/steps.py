@@ -6,11 +6,12 @@ worker read what.
 
 A step source is a `ShardedStream`, or what a dataset's `step_source(seed, shuffle)`
 returns (a `Mixture` with stream sources): an object with `kind_name` (what errors call
-it), `canonical_streams` (int or None), `saved_length` (the dataset length its loader state records), `digest`,
-`reader_digest`, `lengths_digest()`, `lengths()` (counts what it must, once, before workers
-copy it), `epoch_order(epoch, C)` (an order with `total`, `chunks(start, stop)` and
-`owner(key, roles)`, see `canonical.EpochOrder`) and `canonical_reader(epoch, key, C)` (a
-reader whose `take(start, count)` returns items of the key a piece names)."""
+it), `canonical_streams` (int or None), `saved_length` (the dataset length its loader
+state records), `epoch_items` (positions per epoch), `digest`, `reader_digest`,
+`lengths_digest()`, `lengths()` (counts what it must, once, before workers copy it),
+`step_layout(settings)` (the rank's batches, as `canonical.StepLayout` gives them: pieces
+whose `stream` is a reader key, and `owner(key, roles)`) and `canonical_reader(epoch, key,
+C)` (a reader whose `take(start, count)` returns items of the key a piece names)."""
 
 from __future__ import annotations
 
@@ -68,9 +69,18 @@ class StepResume:
         return StepReader(source, self._settings, role, roles, self._collate)
 
 
-def step_layout(stream: Any, settings: StepSettings) -> StepLayout:
-    order = stream.epoch_order(settings.epoch, settings.canonical_streams)
-    return StepLayout(order, settings.origin, settings.world_size, settings.batch_size, settings.mode)
+def step_layout(stream: Any, settings: StepSettings) -> Any:
+    """The rank's batches of an epoch (`canonical.StepLayout`, or what another step source's
+    `step_layout(settings)` returns: the same `num_batches`, `end`, `batch` and `owner`)."""
+    if not isinstance(stream, ShardedStream):
+        return stream.step_layout(settings)
+    return StepLayout(stream.stream_lengths(settings.canonical_streams), settings.origin, settings.world_size,
+                      settings.batch_size, settings.mode)
+
+
+def epoch_items(stream: Any) -> int:
+    """Positions in an epoch of a step source."""
+    return sum(stream.lengths()) if isinstance(stream, ShardedStream) else stream.epoch_items
 
 
 class StepReader:
@@ -91,7 +101,7 @@ class StepReader:
         layout = step_layout(self._stream, settings)
         for step in range(layout.num_batches(settings.rank)):
             batch = layout.batch(settings.rank, step)
-            mine = [piece for piece in batch if layout.order.owner(piece.stream, self._roles) == self._role]
+            mine = [piece for piece in batch if layout.owner(piece.stream, self._roles) == self._role]
             pieces = tuple((piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine)
             items = sum(piece.count for piece in mine)
             if mine and len(mine) == len(batch):

@@ -12,12 +12,13 @@ from dist_resume.streams.shard_files import ShardItems
 
 
 class CanonicalReader:
-    """The items of `shards` ((url, shard index, item count), in reading order), one after another."""
+    """The items of `spans` ((url, shard index, the shard's item count, first item, end
+    item), in reading order), one after another."""
 
-    def __init__(self, shards: Sequence[tuple[str, int, int]], items: ShardItems) -> None:
-        self._shards = list(shards)
+    def __init__(self, spans: Sequence[tuple[str, int, int, int, int]], items: ShardItems) -> None:
+        self._spans = list(spans)
         self._items = items
-        self._ends = list(itertools.accumulate(count for _, _, count in self._shards))
+        self._ends = list(itertools.accumulate(end - first for _, _, _, first, end in self._spans))
         self._position = -1  # index of the next item of self._iterator; -1: none open
         self._iterator: Iterator[Any] = iter(())
 
@@ -54,6 +55,6 @@ class CanonicalReader:
     def _from(self, start: int) -> Iterator[Any]:
         first = bisect.bisect_right(self._ends, start)
         skip = start - (self._ends[first - 1] if first else 0)
-        for url, shard, count in self._shards[first:]:
-            yield from self._items.items(url, shard, count, skip)
+        for url, shard, count, begin, end in self._spans[first:]:
+            yield from self._items.items(url, shard, count, begin + skip, end)
             skip = 0
