@@ -1,7 +1,7 @@
-"""B8M: bytes a Mixture of two ShardedStreams reads per epoch / the shards' bytes, by world
-size, with canonical_streams C = 8 (the B8 set-up, two sources): one stream of equal
-shards, one of uneven shards, weighted by their items, the epoch as long as both together,
-so each source is read about once.
+"""B8M: bytes a Mixture of ShardedStreams reads per epoch / the shards' bytes, by world size,
+with canonical_streams C = 8 and global batch 48 (the B8 set-up): two aligned cases (every
+source's share of a step a multiple of C, one with a map-style source) and two streams
+weighted by their items (equal and uneven shards); each source is read about once.
 
 Ranks are simulated one after another in this process (num_workers=0), as in B8: each reads
 what its own batches need; within a rank each canonical stream of every source is read by
@@ -94,8 +94,9 @@ def run(quick: bool) -> list[FigureResult]:
         "by items: 96 items each and 40..150 items (seeded)); weights in proportion to the sources' items, the epoch "
         "as long as all of them together. The bound is on the bytes W ranks read / the bytes 1 rank reads (a "
         "canonical stream that starts inside a shard reads that shard's prefix, whatever the world size: "
-        "uneven shards cost one rank more than their bytes, as for a single stream, B8). With weights by items a step's share of each canonical stream varies by a few "
-        "items, so rank boundaries fall inside streams and the ranks on both sides read the shard there.")
+        "uneven shards cost one rank more than their bytes, as for a single stream, B8). With weights by items a "
+        "step's share of each canonical stream varies by a few items, so rank boundaries fall inside streams and the "
+        "ranks on both sides read the shard there.")
     return [reading]
 
 

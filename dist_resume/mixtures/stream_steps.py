@@ -3,12 +3,12 @@
 The run's positions `[k*G, (k+1)*G)` (global step `k`) fix its items: each position's
 `(source, draw)` comes from the schedule, as for map-style sources. A stream source's draw
 `d` is position `m = d % T` (`T` its items) of its epoch order of source-epoch `d // T`:
-item `m // C` of its canonical stream `m % C`; a map-style source's draw reads its source order (seeded by
-the loader's seed and `shuffle`). A step's draws of a source are consecutive, so a step is
-a few runs of items per source. It is laid out canonical stream first (stream `c` of every
-source, in source order, then a `1/C` run of the step's map-style draws, then stream
-`c + 1`), so that map-style items move no stream boundary far; rank `r` takes
-`[r*b, (r+1)*b)` of it (`canonical.StepLayout`). All of it is arithmetic on the schedule
+item `m // C` of its canonical stream `m % C`; a map-style source's draw reads its source
+order (seeded by the loader's seed and `shuffle`). A step's draws of a source are
+consecutive, so a step is a few runs of items per source. It is laid out canonical stream
+first (stream `c` of every source, in source order, then a `1/C` run of the step's
+map-style draws, then stream `c + 1`), so that map-style items move no stream boundary
+far; rank `r` takes `[r*b, (r+1)*b)` of it (`MixtureLayout`). All of it is arithmetic on the schedule
 and the sources' item counts: the same at every world size and `num_workers` (G3). The
 final, partial step of a loader epoch is dropped, cut short, or padded with the epoch's
 first positions (wrapping), as for map-style data (G2).
