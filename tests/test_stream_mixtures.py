@@ -219,3 +219,14 @@ def test_states_of_a_map_style_mixture_and_of_a_mixture_of_streams_do_not_mix(ur
     with pytest.raises(ResumeStateError, match="^loader state was saved with sampling by the loader's own epoch order; "
                                                "this loader samples by an IterableDataset's streams$"):
         job(make_mixture(urls), 2, 0, indexed, None)
+
+
+def test_in_order_false_and_skip_are_refused_for_a_mixture_of_streams(urls):
+    with pytest.raises(ValueError, match="^in_order=False is supported for map-style datasets and Mixtures in the "
+                                         "loader's own order; this Mixture has ShardedStream sources, read as "
+                                         "streams: use in_order=True$"):
+        ResumableDataLoader(make_mixture(urls), batch_size=4, in_order=False)
+    loader = ResumableDataLoader(make_mixture(urls), batch_size=4)
+    with pytest.raises(ValueError, match="this loader reads a Mixture of ShardedStreams, whose streams cannot skip "
+                                         "yet$"):
+        loader.skip(2)
