@@ -5,6 +5,7 @@ the progress a state shows, and one clear error for each unsupported combination
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -230,3 +231,16 @@ def test_in_order_false_and_skip_are_refused_for_a_mixture_of_streams(urls):
     with pytest.raises(ValueError, match="this loader reads a Mixture of ShardedStreams, whose streams cannot skip "
                                          "yet$"):
         loader.skip(2)
+
+
+def _state_bytes(shards: int) -> int:
+    streams = {name: ShardedStream([f"{name}-{i}.jsonl" for i in range(shards)], read_jsonl, lengths=[100] * shards)
+               for name in ("web", "code")}
+    mixture = Mixture(streams, [(0, {"web": 3, "code": 1}), (1000, {"web": 1, "code": 1})])
+    buffer = io.BytesIO()
+    torch.save(ResumableDataLoader(mixture, batch_size=4, rank=1, world_size=8).state_dict(), buffer)
+    return len(buffer.getvalue())
+
+
+def test_a_ranks_state_is_a_few_integers_whatever_the_shard_count():
+    assert _state_bytes(10_000) == _state_bytes(10) <= 4096
