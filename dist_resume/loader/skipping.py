@@ -7,6 +7,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from torch.utils.data import IterableDataset
+
 from dist_resume.arguments import checked_int
 from dist_resume.positions.skip_span import skip_span
 from dist_resume.state.fields import Sampling, rank_key
@@ -35,7 +37,8 @@ class BatchSkipping:
         epoch. Streams (IterableDataset) and custom samplers are refused."""
         batches = checked_int("batches", batches, 0)
         if self._stream is not None:
-            raise ValueError(f"{_SUPPORTED}; this loader reads an IterableDataset, whose streams cannot skip yet")
+            what = "an IterableDataset" if isinstance(self.dataset, IterableDataset) else "a Mixture of ShardedStreams"
+            raise ValueError(f"{_SUPPORTED}; this loader reads {what}, whose streams cannot skip yet")
         if self._sampling is not Sampling.EPOCH_ORDER:
             raise ValueError(f"{_SUPPORTED}; this loader takes its indices from a custom sampler or batch_sampler")
         if batches == 0:

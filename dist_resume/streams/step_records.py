@@ -1,4 +1,5 @@
-"""What the main process records of a `ShardedStream`: the epoch position its rank's next
+"""What the main process records of a `ShardedStream` (or another step source, see
+`steps`): the epoch position its rank's next
 batch starts at, and the few integers that fix the epoch's order; saved as a rank's stream
 entry, and checked and continued from on resume at any world size and `num_workers`."""
 
@@ -13,8 +14,7 @@ import torch
 from dist_resume.positions.layout import TailMode
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
-from dist_resume.streams.sharded import ShardedStream
-from dist_resume.streams.steps import StepResume, StepSettings, step_layout
+from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
 from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
 
 
@@ -24,7 +24,8 @@ class StepRecords:
     kind = CANONICAL_KIND
     carry = False  # every pass starts from its position alone
 
-    def __init__(self, stream: ShardedStream, slots: int, world_size: int, batch_size: int) -> None:
+    def __init__(self, stream: Any, slots: int, world_size: int, batch_size: int) -> None:
+        """`stream`: a step source (see `steps`)."""
         self._stream = stream
         self.canonical_streams = stream.canonical_streams or slots
         self.world_size = world_size
@@ -34,7 +35,7 @@ class StepRecords:
     @property
     def length(self) -> int:
         """What the loader's state calls the dataset length: the number of shards."""
-        return len(self._stream.shards)
+        return self._stream.saved_length
 
     @property
     def global_batch(self) -> int:
@@ -43,9 +44,9 @@ class StepRecords:
     def start_epoch(self) -> None:
         self._position = 0
 
-    def settings(self, epoch: int, rank: int, mode: TailMode) -> StepSettings:
+    def settings(self, epoch: int, rank: int, mode: TailMode, seed: int, shuffle: bool) -> StepSettings:
         return StepSettings(epoch, rank, self.world_size, self.batch_size, mode, self.canonical_streams,
-                            self._position)
+                            self._position, seed, shuffle)
 
     def resume(self, settings: StepSettings, collate: Callable[[list[Any]], Any]) -> StepResume:
         self._stream.lengths()  # counted here once, before workers copy the stream
@@ -89,7 +90,7 @@ class StepRecords:
             position, finished, furthest = _common_position(positions, saved)
             own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
                                       global_batch=self.global_batch, epoch_finished=int(finished))
-        total = sum(self._stream.lengths())
+        total = epoch_items(self._stream)
         if position > total:
             raise ResumeStateError(f"{where(first_rank)} field {CANONICAL!r} says epoch position {position} of an "
                                    f"epoch of {total} items")
@@ -103,11 +104,11 @@ class StepRecords:
         stream = self._stream
         if stream.canonical_streams is not None and position.canonical_streams != stream.canonical_streams:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with canonical_streams="
-                                   f"{position.canonical_streams}; this ShardedStream has canonical_streams="
+                                   f"{position.canonical_streams}; this {stream.kind_name} has canonical_streams="
                                    f"{stream.canonical_streams}")
         if position.reader_digest != stream.reader_digest:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with another reader (digest "
-                                   f"{position.reader_digest}); this ShardedStream's reader has digest "
+                                   f"{position.reader_digest}); this {stream.kind_name}'s reader has digest "
                                    f"{stream.reader_digest}")
         if position.lengths_digest != stream.lengths_digest():
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved for shards of other item counts: a "
