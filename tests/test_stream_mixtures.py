@@ -222,15 +222,11 @@ def test_states_of_a_map_style_mixture_and_of_a_mixture_of_streams_do_not_mix(ur
         job(make_mixture(urls), 2, 0, indexed, None)
 
 
-def test_in_order_false_and_skip_are_refused_for_a_mixture_of_streams(urls):
+def test_in_order_false_is_refused_for_a_mixture_of_streams(urls):
     with pytest.raises(ValueError, match="^in_order=False is supported for map-style datasets and Mixtures in the "
                                          "loader's own order; this Mixture has ShardedStream sources, read as "
                                          "streams: use in_order=True$"):
         ResumableDataLoader(make_mixture(urls), batch_size=4, in_order=False)
-    loader = ResumableDataLoader(make_mixture(urls), batch_size=4)
-    with pytest.raises(ValueError, match="this loader reads a Mixture of ShardedStreams, whose streams cannot skip "
-                                         "yet$"):
-        loader.skip(2)
 
 
 def _state_bytes(shards: int) -> int:

@@ -76,8 +76,11 @@ class LoaderState:
         own_entry = state_dict.get(rank_key(self.rank), {})
         if self._stream is not None:
             own, adopt_stream = self._stream.accept(state_dict, saved, self.rank, self.world_size)
+            # A stream's ranks count the same global steps at any world size: no renumbering.
+            skips = self._saved_skips(state_dict, saved, False)
             self._adopt(length, seed, adopt_definition)
             adopt_stream()
+            self._skips = skips
             self._progress = Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
                                        own.samples_consumed, bool(own.epoch_finished))
             return

@@ -35,7 +35,7 @@ from dist_resume.streams.hf_buffers import check_resumable
 from dist_resume.positions.layout import TailMode
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
 from dist_resume.streams.records import SnapshotRecords
-from dist_resume.streams.step_records import StepRecords
+from dist_resume.streams.step_records import StepRecords, StreamSkip
 from dist_resume.streams.steps import BatchCollate, StepSettings, joined, step_source
 from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
@@ -128,6 +128,15 @@ class StreamCursor:
             return -1
         settings = self._settings(owner, progress.epoch, owner.rank)
         return progress.batches + self._records.num_batches(settings._replace(origin=0) if fresh else settings)
+
+    @property
+    def skippable(self) -> bool:
+        """Whether `skip` can pass over this stream's steps (read by global steps)."""
+        return isinstance(self._records, StepRecords)
+
+    def skip(self, owner: DataLoader, epoch: int, rank: int, steps: int) -> StreamSkip:
+        """Pass over the next `steps` global steps of `epoch` (see `StepRecords.skip`)."""
+        return self._records.skip(self._settings(owner, epoch, rank), steps)
 
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
         """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""

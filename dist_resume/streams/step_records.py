@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,6 +16,17 @@ from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
 from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
+
+
+class StreamSkip(NamedTuple):
+    """Global steps a skip passed over, this rank's share of them, and the epoch positions
+    `[first_position, stop_position)` they held (padding excluded)."""
+
+    steps: int
+    rank_batches: int
+    rank_items: int  # this rank's slots among them, padding included: its consumed items
+    first_position: int
+    stop_position: int
 
 
 class StepRecords:
@@ -58,6 +69,21 @@ class StepRecords:
 
     def record(self, position: int) -> None:
         self._position = position
+
+    def skip(self, settings: StepSettings, steps: int) -> StreamSkip:
+        """Pass over the next `steps` global steps from this rank's position (fewer at the
+        epoch's end): the position moves past them, and the next pass's readers start there."""
+        layout = step_layout(self._stream, settings)
+        # Rank 0 serves every global step of the epoch, the final partial one included.
+        steps = min(steps, layout.num_batches(0))
+        rank_batches = min(steps, layout.num_batches(settings.rank))
+        rank_items = 0
+        if rank_batches:
+            last = sum(piece.count for piece in layout.batch(settings.rank, rank_batches - 1))
+            rank_items = (rank_batches - 1) * settings.batch_size + last
+        stop = layout.end(steps - 1) if steps else settings.origin
+        self._position = stop
+        return StreamSkip(steps, rank_batches, rank_items, settings.origin, stop)
 
     def digest(self) -> int:
         return self._stream.digest
