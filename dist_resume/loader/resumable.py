@@ -177,6 +177,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         self._mode = TailMode.of(drop_last, even_batches)
         self._dataset_length = self._current_length()
         self._progress = Progress(0, Plan(self._dataset_length, self._mode, 0))
+        self._global_step = 0  # global steps of the run this rank took part in (saved: mixed saves are refused)
         # A state was loaded: the next iter() continues it exactly, even into no batches.
         self._resume_pending = False
         # The elastic plan this job loaded: fixed until the next load, so that every rank
@@ -280,10 +281,15 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
             return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()
+        self._global_step += 1
         if progress.batches == self._pass_batches:
             progress.finished = True
 
     def _exhausted(self) -> None:
         # The pass ended: from now on the loader stands at the start of the next epoch,
         # which is what a state taken now resumes (as StatefulDataLoader's does).
+        if self._pass_batches >= 0:
+            # A rank with a batch less (even_batches=False) ends its pass during the last global
+            # step, which its peers train: it counts that step as they do.
+            self._global_step += self._layout(self._progress).num_batches(0) - self._pass_batches
         self._switch_epoch(self._progress.epoch + 1)

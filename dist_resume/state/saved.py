@@ -20,6 +20,7 @@ from dist_resume.state.fields import (
     Identity,
     RankState,
     ResumeStateError,
+    UNKNOWN_STEP,
     Sampling,
     plan_digest,
 )
@@ -65,6 +66,34 @@ class SavedStates:
                 f"them in one epoch: resume at {saved_layout} until the epoch ends"
             )
         return epochs.pop()
+
+    @property
+    def global_step(self) -> int:
+        """The global step a loader continues from: the entries' (the furthest, if they
+        differ), 0 if none was recorded (a state saved before steps were)."""
+        return max(0, max(state.global_step for state in self.ranks.values()))
+
+    def require_one_save(self) -> None:
+        """Every entry was taken at one global step of a lockstep job: entries of different
+        saves (a rank that stopped between a training step and the save, files of two saves
+        merged) are refused, naming each rank's step. A rank of a custom sampler or a stream
+        that stands at an epoch's start may be behind: its pass can end before its peers'."""
+        compared = {rank: state.global_step for rank, state in self.ranks.items()
+                    if state.batches_consumed or Sampling(state.sampling) is Sampling.EPOCH_ORDER}
+        steps: dict[int, list[int]] = {}
+        for rank, step in sorted(compared.items()):
+            steps.setdefault(step, []).append(rank)
+        if len(steps) <= 1:
+            return
+        listed = "; ".join(
+            f"ranks {ranks} at " + ("an unrecorded global step (saved by an older dist_resume)"
+                                    if step == UNKNOWN_STEP else f"global step {step}")
+            for step, ranks in sorted(steps.items(), reverse=True))
+        raise ResumeStateError(
+            f"loader state entries come from different saves ({listed}): a rank stopped between a training "
+            "step and the save, or states of different saves were merged; resume from a checkpoint that every "
+            "rank saved at one step (if the ranks do not train in lockstep, load with independent_ranks=True)"
+        )
 
     def check_identity(self, identity: Identity) -> None:
         """G6: a state for another dataset, seed, shuffle or sharding mode is refused."""
@@ -188,6 +217,8 @@ def _check_counts(state: RankState) -> None:
         problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
     if not 0 <= state.seed:
         problems.append(f"seed {state.seed}")
+    if state.global_step < UNKNOWN_STEP:
+        problems.append(f"global step {state.global_step}")
     for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
         if getattr(state, flag) not in (0, 1):
             problems.append(f"{flag} {getattr(state, flag)}")
