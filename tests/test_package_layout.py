@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {""},
     {"demo"},
     {"cli"},
-    {"__main__"},
+    {"__main__", "launched"},
 ]
 MAX_LINES = 300
 
