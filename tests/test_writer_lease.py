@@ -23,7 +23,9 @@ from dist_resume.checkpoint import lease
 from dist_resume.checkpoint.lease_holder import Holder
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import open_store, resolve
-from tests import lease_job
+from tests import lease_job, rank_agreement_worker
+from tests.checkpoint_worker import run
+from tests.s3_server import free_port
 
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
@@ -91,6 +93,19 @@ def test_the_lease_of_a_killed_job_is_taken_over_at_once(tmp_path: Path) -> None
     assert _leases(url) == [".writer_lease_0"]
     _save(url, 2)
     assert _leases(url) == [".writer_lease_1"]
+
+
+@pytest.mark.slow
+def test_every_rank_of_a_refused_job_fails_together(tmp_path: Path) -> None:
+    """Only rank 0 takes the lease; rank 1 learns the refusal in the save's collective."""
+    url = str(tmp_path / "run")
+    _save(url, 1)  # this test's process holds the lease
+    out = tmp_path / "out"
+    run("leased_elsewhere", 2, {"out": str(out), "url": url}, free_port(), script=rank_agreement_worker.__file__)
+    errors = [(out / f"leased-error-{rank}.txt").read_text() for rank in (0, 1)]
+    assert errors[0] == errors[1]
+    assert re.match(_refused(url, socket.gethostname(), os.getpid()), errors[0].removeprefix("CheckpointError: "))
+    assert not os.path.exists(os.path.join(url, "step_00000005"))
 
 
 def test_a_stale_lease_is_taken_over_and_a_live_one_refused(tmp_path: Path) -> None:
