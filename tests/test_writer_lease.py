@@ -199,4 +199,4 @@ def test_on_s3_two_jobs_creating_the_lease_at_once_give_one_writer(s3_bucket: st
     store.overwrite(store.loc.join(".writer_lease_0"), theirs.encode())
     _save(url, 1)  # stale now: taken over
     names = sorted(name.rsplit("/", 1)[1] for name in store.loc.fs.ls(store.loc.root))
-    assert names == [".writer_lease_1", "step_00000001"]
+    assert names == [".commits", ".writer_lease_1", "step_00000001"]
