@@ -161,4 +161,5 @@ def leased_elsewhere(args: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
-     "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone, "leased_elsewhere": leased_elsewhere}[sys.argv[1]](json.loads(sys.argv[2]))
+     "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone,
+     "leased_elsewhere": leased_elsewhere}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -56,7 +56,8 @@ def test_entries_of_two_saves_are_refused_by_load_state_dict():
     at_two = _lockstep(_job(2), 2)
     mixed = _merged(at_three[0], at_two[1])
     for loader in _job(2) + _job(3):
-        with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed='ranks [0] at global step 3; ranks [1] at global step 2'))}$"):
+        listed = "ranks [0] at global step 3; ranks [1] at global step 2"
+        with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
             loader.load_state_dict(mixed)
     # the same entries, from one save, resume
     _job(3)[0].load_state_dict(_merged(*at_three))
