@@ -139,6 +139,17 @@ def test_the_same_torchrun_job_takes_its_lease_back_after_a_restart(tmp_path: Pa
     assert _leases(url) == [".writer_lease_1"]
 
 
+def test_a_live_lease_of_a_later_version_is_still_refused(tmp_path: Path) -> None:
+    """A field this version does not know does not make a live lease look damaged."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    now = time.time()
+    record = json.loads(Holder("f" * 32, "another-host", 4242, "", now, now, 30.0).encode())
+    Path(url, ".writer_lease_0").write_text(json.dumps({**record, "added_later": [1, 2]}))
+    with pytest.raises(CheckpointError, match=_refused(url, "another-host", 4242)):
+        _save(url, 1)
+
+
 def test_a_lease_record_that_names_no_job_is_taken_over(tmp_path: Path) -> None:
     url = str(tmp_path / "run")
     os.makedirs(url)

@@ -97,7 +97,7 @@ class Lease:
                     return
                 self.holder = self.holder.beat()
                 self.store.overwrite(_lease_path(self.store, self.generation), self.holder.encode())
-            except (_Vanished, CheckpointError):
+            except Exception:  # noqa: BLE001 - this thread must outlive any one failed heartbeat
                 # Tried again next period; a lease that stays unrefreshed goes stale, and
                 # the next heartbeat that gets through finds the job that took it over.
                 continue

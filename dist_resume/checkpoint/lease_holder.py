@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 
 # A lease without a heartbeat for this many of its holder's refresh periods is stale.
@@ -73,8 +73,9 @@ class Holder:
         """The record in ``data``; None if it is not one (damaged, or written by something else)."""
         try:
             record = json.loads(data)
-            holder = cls(**record)
-        except (ValueError, TypeError):
+            # fields a later version added are not ours to judge; missing ones are damage
+            holder = cls(**{name: value for name, value in record.items() if name in _FIELDS})
+        except (ValueError, TypeError, AttributeError):
             return None
         numbers = (holder.started_at, holder.heartbeat_at, holder.refresh_seconds)
         if not (all(isinstance(v, str) for v in (holder.owner, holder.host, holder.process, holder.job))
@@ -103,6 +104,9 @@ class Holder:
     def describe(self, now: float) -> str:
         return (f"host {self.host}, pid {self.pid}, started {_utc(self.started_at)}, last heartbeat "
                 f"{_utc(self.heartbeat_at)}, {max(0.0, now - self.heartbeat_at):.0f} s ago")
+
+
+_FIELDS = frozenset(field.name for field in fields(Holder))
 
 
 def _utc(seconds: float) -> str:
