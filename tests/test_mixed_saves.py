@@ -127,3 +127,29 @@ def test_lockstep_saves_load_and_a_rank_behind_is_refused(length, world_size, ba
     earlier = _lockstep(job(), steps - 1)[rank]
     with pytest.raises(ResumeStateError, match="^loader state entries come from different saves"):
         job()[0].load_state_dict(_merged(*states[:rank], earlier, *states[rank + 1:]))
+
+
+def test_with_a_custom_sampler_ranks_compare_their_batch_of_the_epoch():
+    """A custom sampler's ranks may get different numbers of batches, which the loader cannot
+    know: ranks into an epoch must stand at the same batch of it; a rank whose pass already
+    ended (at the next epoch's start) may be behind."""
+    shares = [range(0, 10, 2), range(1, 14, 2)]  # 5 samples (3 batches) for rank 0, 7 (4) for rank 1
+
+    def job() -> list[ResumableDataLoader]:
+        with pytest.warns(UserWarning, match="with a custom sampler the loader does not shard"):
+            return [ResumableDataLoader(list(range(14)), batch_size=2, rank=rank, world_size=2,
+                                        sampler=torch.utils.data.SubsetRandomSampler(
+                                            shares[rank], generator=torch.Generator().manual_seed(rank)))
+                    for rank in (0, 1)]
+
+    ahead, behind = job(), job()
+    iterators = [iter(loader) for loader in ahead]
+    for _ in range(3):
+        for iterator in iterators:
+            next(iterator)
+    next(iter(behind[1]))
+    listed = "ranks [0] at batch 3 of epoch 0; ranks [1] at batch 1 of epoch 0"
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
+        job()[0].load_state_dict(_merged(ahead[0].state_dict(), behind[1].state_dict()))
+    assert next(iterators[0], None) is None  # rank 0's pass ended: it stands at epoch 1's start
+    job()[0].load_state_dict(_merged(ahead[0].state_dict(), ahead[1].state_dict()))  # one save

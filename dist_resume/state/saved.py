@@ -76,19 +76,19 @@ class SavedStates:
     def require_one_save(self) -> None:
         """Every entry was taken at one global step of a lockstep job: entries of different
         saves (a rank that stopped between a training step and the save, files of two saves
-        merged) are refused, naming each rank's step. A rank of a custom sampler or a stream
-        that stands at an epoch's start may be behind: its pass can end before its peers'."""
-        compared = {rank: state.global_step for rank, state in self.ranks.items()
-                    if state.batches_consumed or Sampling(state.sampling) is Sampling.EPOCH_ORDER}
-        steps: dict[int, list[int]] = {}
-        for rank, step in sorted(compared.items()):
-            steps.setdefault(step, []).append(rank)
-        if len(steps) <= 1:
+        merged) are refused, naming where each rank stood. Outside the loader's own epoch
+        order (a custom sampler, a stream) a rank's pass may end before its peers', so there
+        the ranks that are into an epoch must stand at the same batch of the same epoch, and
+        a rank at an epoch's start may be behind."""
+        places: dict[tuple[int, ...], list[int]] = {}
+        for rank, state in sorted(self.ranks.items()):
+            if Sampling(state.sampling) is Sampling.EPOCH_ORDER:
+                places.setdefault((state.global_step,), []).append(rank)
+            elif state.batches_consumed:
+                places.setdefault((state.epoch, state.batches_consumed), []).append(rank)
+        if len(places) <= 1:
             return
-        listed = "; ".join(
-            f"ranks {ranks} at " + ("an unrecorded global step (saved by an older dist_resume)"
-                                    if step == UNKNOWN_STEP else f"global step {step}")
-            for step, ranks in sorted(steps.items(), reverse=True))
+        listed = "; ".join(f"ranks {ranks} at {_place(place)}" for place, ranks in sorted(places.items(), reverse=True))
         raise ResumeStateError(
             f"loader state entries come from different saves ({listed}): a rank stopped between a training "
             "step and the save, or states of different saves were merged; resume from a checkpoint that every "
@@ -123,6 +123,14 @@ class SavedStates:
                 f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
                 f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
             )
+
+
+def _place(place: tuple[int, ...]) -> str:
+    if len(place) == 2:
+        return f"batch {place[1]} of epoch {place[0]}"
+    if place[0] == UNKNOWN_STEP:
+        return "an unrecorded global step (saved by an older dist_resume)"
+    return f"global step {place[0]}"
 
 
 _SAMPLING_WORDS = {
