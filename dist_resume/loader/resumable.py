@@ -277,18 +277,18 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
+        self._global_step += 1
         if not self.in_order:
             return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()
-        self._global_step += 1
         if progress.batches == self._pass_batches:
             progress.finished = True
 
     def _exhausted(self) -> None:
         # The pass ended: from now on the loader stands at the start of the next epoch,
         # which is what a state taken now resumes (as StatefulDataLoader's does).
-        if self._pass_batches >= 0:
+        if self._sampling is Sampling.EPOCH_ORDER:
             # A rank with a batch less (even_batches=False) ends its pass during the last global
             # step, which its peers train: it counts that step as they do.
             self._global_step += self._layout(self._progress).num_batches(0) - self._pass_batches
