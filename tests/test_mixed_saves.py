@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dist_resume import ResumableDataLoader, ResumeStateError, load_checkpoint, save_checkpoint
 from dist_resume.integrations.lightning import LightningLoader
-from dist_resume.state.fields import FIRST_FIELDS, PROGRESS_KEY
+from dist_resume.state.fields import FIELDS, FIRST_FIELDS, PROGRESS_KEY
 
 MIXED = (
     "loader state entries come from different saves ({listed}): a rank stopped between a training step and the "
@@ -114,7 +114,7 @@ def _step(state: dict, rank: int) -> int:
 def test_lockstep_saves_load_and_a_rank_behind_is_refused(length, world_size, batch_size, even_batches, steps, behind):
     """Ranks stepping together (at an epoch's end with even_batches=False, a rank with a batch
     less sits the last step out) all record the step: one save, which loads; a rank's entry
-    taken one step earlier is refused."""
+    taken one step earlier is refused, unless that rank had consumed its whole epoch then."""
     def job():
         return _job(world_size, length, batch_size, even_batches)
 
@@ -125,6 +125,8 @@ def test_lockstep_saves_load_and_a_rank_behind_is_refused(length, world_size, ba
         return
     rank = behind % world_size
     earlier = _lockstep(job(), steps - 1)[rank]
+    if int(earlier[f"rank_{rank}"][PROGRESS_KEY][FIELDS.index("epoch_finished")]):
+        return  # a rank that consumed its whole epoch stands at its end, whatever step its peers are at
     with pytest.raises(ResumeStateError, match="^loader state entries come from different saves"):
         job()[0].load_state_dict(_merged(*states[:rank], earlier, *states[rank + 1:]))
 
@@ -153,3 +155,27 @@ def test_with_a_custom_sampler_ranks_compare_their_batch_of_the_epoch():
         job()[0].load_state_dict(_merged(ahead[0].state_dict(), behind[1].state_dict()))
     assert next(iterators[0], None) is None  # rank 0's pass ended: it stands at epoch 1's start
     job()[0].load_state_dict(_merged(ahead[0].state_dict(), ahead[1].state_dict()))  # one save
+
+
+def test_ranks_that_consumed_their_whole_epoch_are_one_save_before_their_pass_ends():
+    """even_batches=False, 20 samples, 2 ranks x 3: rank 0 has 4 batches, rank 1 three. Both
+    took every batch, neither pass has ended: rank 1 sits the last step out, so it is at the
+    epoch's end at step 3 or 4. Taken one step earlier, rank 0 is not: refused."""
+    def job() -> list[ResumableDataLoader]:
+        return [ResumableDataLoader(list(range(20)), batch_size=3, seed=1, rank=rank, world_size=2,
+                                    even_batches=False) for rank in range(2)]
+
+    def taken(batches: tuple[int, int]) -> list[dict]:
+        loaders = job()
+        for loader, count in zip(loaders, batches):
+            iterator = iter(loader)
+            for _ in range(count):
+                next(iterator)
+        return [loader.state_dict() for loader in loaders]
+
+    for loader in job():
+        loader.load_state_dict(_merged(*taken((4, 3))))
+        loader.load_state_dict(_merged(*taken((3, 3))))
+    listed = "ranks [1] at global step 3; ranks [0] at global step 2"
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
+        job()[0].load_state_dict(_merged(*taken((2, 3))))

@@ -13,7 +13,7 @@ from dist_resume.positions.dataset_order import definition_digest, resume_defini
 from dist_resume.positions.remap import resume_rank
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
 from dist_resume.state.delivered import DELIVERED_KEY, Delivered
-from dist_resume.state.fields import FORMAT_VERSION, RankState, encode, plan_digest, rank_key
+from dist_resume.state.fields import FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
 from dist_resume.state.saved import SavedStates, decode
 from dist_resume.streams.cursor import STREAM_KEY
 
@@ -78,7 +78,7 @@ class LoaderState:
         and only applied once the whole state is accepted."""
         saved = decode(state_dict)
         if not checked_flag("independent_ranks", independent_ranks):
-            saved.require_one_save()
+            saved.require_one_save(lambda rank: _steps_sat_out(saved, rank))
         length = self._current_length()
         seed = self.seed if self._seed_given else saved.any.seed  # a default seed is adopted
         adopt_definition = resume_definition(self.dataset, state_dict, saved)
@@ -123,3 +123,12 @@ class LoaderState:
         adopt_definition()
         self._resume_pending = True
         self._generation += 1
+
+
+def _steps_sat_out(saved: SavedStates, rank: int) -> int:
+    """Global steps at the end of its finished epoch that `rank` has no batch of (even_batches=False)."""
+    state = saved.ranks[rank]
+    if not state.epoch_finished or Sampling(state.sampling) is not Sampling.EPOCH_ORDER:
+        return 0
+    layout = resume_rank(saved, state.world_size, state.batch_size, rank).layout
+    return layout.num_batches(0) - layout.num_batches(rank)

@@ -4,7 +4,7 @@ does not fit is one ResumeStateError naming it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,20 +73,25 @@ class SavedStates:
         differ), 0 if none was recorded (a state saved before steps were)."""
         return max(0, max(state.global_step for state in self.ranks.values()))
 
-    def require_one_save(self) -> None:
+    def require_one_save(self, sat_out: Callable[[int], int] = lambda rank: 0) -> None:
         """Every entry was taken at one global step of a lockstep job: entries of different
         saves (a rank that stopped between a training step and the save, files of two saves
-        merged) are refused, naming where each rank stood. Outside the loader's own epoch
-        order (a custom sampler, a stream) a rank's pass may end before its peers', so there
-        the ranks that are into an epoch must stand at the same batch of the same epoch, and
-        a rank at an epoch's start may be behind."""
+        merged) are refused, naming where each rank stood. A rank that consumed its whole
+        epoch may stand ``sat_out(rank)`` steps behind (the final steps it has no batch of,
+        even_batches=False). Outside the loader's own epoch order (a custom sampler, a
+        stream) a rank's pass may end before its peers', so there the ranks that are into
+        an epoch must stand at the same batch of the same epoch, and a rank at an epoch's
+        start may be behind."""
         places: dict[tuple[int, ...], list[int]] = {}
+        reach = []  # per rank of the epoch order: the steps it may stand at
         for rank, state in sorted(self.ranks.items()):
             if Sampling(state.sampling) is Sampling.EPOCH_ORDER:
                 places.setdefault((state.global_step,), []).append(rank)
+                reach.append((state.global_step, state.global_step + sat_out(rank)))
             elif state.batches_consumed:
                 places.setdefault((state.epoch, state.batches_consumed), []).append(rank)
-        if len(places) <= 1:
+        one_step = max((low for low, _ in reach), default=0) <= min((high for _, high in reach), default=0)
+        if len(places) <= 1 or (one_step and len(reach) == len(self.ranks)):
             return
         listed = "; ".join(f"ranks {ranks} at {_place(place)}" for place, ranks in sorted(places.items(), reverse=True))
         raise ResumeStateError(
