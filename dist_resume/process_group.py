@@ -31,7 +31,8 @@ def end_with_launcher() -> None:
 
 
 def shut_down_distributed() -> None:
-    """Leave the default process group once every rank is done; call it last, on every rank.
+    """Leave the default process group once every rank is done; call it last, on every rank
+    (without a process group it does nothing).
 
     gloo's worker thread drops its reference to a collective after the caller's wait has
     returned. When that is the last reference, the thread frees the collective's tensors,
@@ -40,6 +41,8 @@ def shut_down_distributed() -> None:
     means the thread never holds the last reference to anything. Nothing else (a DDP model)
     may keep the group alive past ``destroy_process_group``.
     """
+    if not (dist.is_available() and dist.is_initialized()):
+        return  # a single-process run: no group to leave
     barrier = dist.barrier(async_op=True)
     barrier.wait()
     dist.destroy_process_group()
