@@ -21,7 +21,7 @@ import sys
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from dist_resume import ResumableDataLoader, shut_down_distributed
+from dist_resume import ResumableDataLoader, end_with_launcher, shut_down_distributed
 from dist_resume.integrations.transformers import ResumableTrainerMixin
 
 DATASET_SIZE = 36
@@ -99,9 +99,9 @@ def main(out_dir: str, batch_size: str, max_steps: str, save_steps: str, kill_at
                             None if kill_at == "-" else int(kill_at), PlainTrainer if plain else ExactTrainer,
                             ignore_data_skip=plain)
     trainer.train(resume_from_checkpoint=None if resume == "-" else resume)
-    if torch.distributed.is_initialized():
-        shut_down_distributed()
+    shut_down_distributed()
 
 
 if __name__ == "__main__":
+    end_with_launcher()  # torchrun's workers live in sessions of their own: a killed launcher ends them
     main(*sys.argv[1:])
