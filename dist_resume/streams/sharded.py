@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import fsspec
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
@@ -24,6 +23,7 @@ from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.storage import guarded
+from dist_resume.streams.prefetch import ShardFiles
 
 # Yielded by `slot_items` after a shard's last item: the shard is finished.
 SHARD_END = object()
@@ -35,7 +35,10 @@ class ShardedStream(IterableDataset):
 
     - `shuffle`: shuffle the shard order per epoch and the items of each shard in blocks of
       `window` items (memory: one block per worker).
-    - `storage_options`: passed to `fsspec.open` (credentials, endpoint; G9).
+    - `storage_options`: passed to `fsspec.open` (credentials, endpoint; G9). Each reader
+      opens its next shard while it reads the current one (`ShardFiles`); a shard that
+      cannot be opened is a `StorageError` naming its URL and the cause.
+    - `reader`: one of `JsonlReader`, `ParquetReader`, `WebDatasetReader`, or your own.
 
     Through `ResumableDataLoader` its progress is saved as consumed items per shard, and a
     resume at any world size and `num_workers` yields every remaining item exactly once (G2).
@@ -100,15 +103,17 @@ class ShardedStream(IterableDataset):
         """(shard, item) for the items slot `slot` of `slots` still has to read in `epoch`,
         given the items `consumed` of each shard and the `finished` shards; (shard,
         SHARD_END) after each shard's last item."""
-        for position, shard in enumerate(self.shard_order(epoch)):
-            if position % slots == slot and not finished[shard]:
-                for item in self._shard_items(epoch, shard, consumed[shard]):
+        mine = [shard for position, shard in enumerate(self.shard_order(epoch))
+                if position % slots == slot and not finished[shard]]
+        with ShardFiles([self.shards[shard] for shard in mine], self.storage_options) as files:
+            for shard in mine:
+                for item in self._shard_items(epoch, shard, consumed[shard], files):
                     yield shard, item
                 yield shard, SHARD_END
 
-    def _shard_items(self, epoch: int, shard: int, skip: int) -> Iterator[Any]:
+    def _shard_items(self, epoch: int, shard: int, skip: int, files: ShardFiles) -> Iterator[Any]:
         consumed, read = skip, 0
-        with fsspec.open(self.shards[shard], "rb", **self.storage_options) as file:
+        with files.open(self.shards[shard]) as file:
             items = iter(self.reader(file))
             block_index = 0
             while True:

@@ -1,0 +1,97 @@
+"""Shard files opened ahead: while one shard of a reading stream is read, the next is opened
+and its first bytes fetched in a background thread, so a slow object store's latency
+(connection, metadata request, first bytes) overlaps the reading instead of stalling it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, BinaryIO
+
+import fsspec
+
+from dist_resume.storage import guarded, resolve, retry
+
+WARM_BYTES = 1 << 16
+
+
+class ShardFiles:
+    """The files of `urls`, opened in that order (the order a reading stream reads its
+    shards in), each with `storage_options` (as `fsspec.open(url, "rb", ...)`, transient
+    errors retried).
+
+    `open(url)` hands out the next file, already open when it was prefetched, and starts
+    opening the one after it in a background thread. An open that failed, in the
+    background or not, fails `open` of that shard (never earlier) with a `StorageError`
+    naming the shard's URL and the cause, secrets removed. Use as a context manager:
+    leaving it closes the file opened ahead and not handed out."""
+
+    def __init__(self, urls: Iterable[str], storage_options: Mapping[str, Any] | None = None,
+                 warm_bytes: int = WARM_BYTES) -> None:
+        self._urls = iter(urls)
+        self._options = guarded(dict(storage_options or {}))
+        self._warm_bytes = warm_bytes
+        self._ahead: tuple[str, Future] | None = None
+        self._closed = False
+
+    def __enter__(self) -> ShardFiles:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def open(self, url: str) -> BinaryIO:
+        """The next file of `urls`, which must be `url`; the caller closes it."""
+        if self._closed:
+            raise ValueError("ShardFiles is closed")
+        current = self._ahead or self._start()
+        if current is None or current[0] != url:
+            expected = "no further shard" if current is None else current[0]
+            self._ahead = current
+            raise ValueError(f"shard {url} opened out of the announced order (next announced: {expected})")
+        self._ahead = None
+        file = self._result(*current)
+        self._ahead = self._start()
+        return file
+
+    def close(self) -> None:
+        """Close the file opened ahead, if any (waiting for its open to end)."""
+        self._closed = True
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[1].exception() is None:
+            ahead[1].result().close()
+
+    def _start(self) -> tuple[str, Future] | None:
+        url = next(self._urls, None)
+        if url is None:
+            return None
+        future: Future = Future()
+        threading.Thread(target=self._open_into, args=(url, future), daemon=True,
+                         name=f"dist-resume prefetch {url}").start()
+        return url, future
+
+    def _open_into(self, url: str, future: Future) -> None:
+        try:
+            future.set_result(retry(self._warm_open, url))
+        except BaseException as exc:  # handed to the reader of this shard, raised there
+            future.set_exception(exc)
+
+    def _warm_open(self, url: str) -> BinaryIO:
+        file = fsspec.open(url, "rb", **self._options).open()
+        try:
+            if self._warm_bytes and file.seekable():
+                file.read(self._warm_bytes)  # into the file's buffer, or the OS page cache
+                file.seek(0)
+        except BaseException:
+            file.close()
+            raise
+        return file
+
+    def _result(self, url: str, future: Future) -> BinaryIO:
+        try:
+            return future.result()
+        except Exception as exc:
+            location = resolve(url, self._options)  # a bad URL raises its own clear error here
+            raise location.error("open shard", location.root, exc) from None
+
