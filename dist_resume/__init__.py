@@ -27,7 +27,7 @@ from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
 from dist_resume.process_group import shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, state_from_json, state_to_json
-from dist_resume.streams import ShardedStream
+from dist_resume.streams import JsonlReader, ParquetReader, ShardedStream, WebDatasetReader, hf_stream
 
 __all__ = [
     "CheckpointCorruptError",
@@ -35,8 +35,10 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "JsonlReader",
     "LightningLoader",
     "Mixture",
+    "ParquetReader",
     "PlannedBatch",
     "ResumableDataLoader",
     "ResumePlan",
@@ -46,6 +48,8 @@ __all__ = [
     "StorageError",
     "TrainState",
     "UnsafeCheckpointError",
+    "WebDatasetReader",
+    "hf_stream",
     "list_checkpoints",
     "load_checkpoint",
     "plan_resume",
