@@ -1,6 +1,6 @@
 """Entry point: `python -m benchmarks.run [--quick] [--only B1,B3] [--out DIR]`.
 
-Runs the figures (B1 ... B6), then writes DIR/latest.json, DIR/latest.md and one PNG per
+Runs the figures (B1 ... B7), then writes DIR/latest.json, DIR/latest.md and one PNG per
 figure (DIR defaults to benchmarks/results).
 """
 
@@ -31,6 +31,7 @@ FIGURES = {
     "B6F": "b6_floors",  # the fixed costs behind B6
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
+    "B7": "b7_streams",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
