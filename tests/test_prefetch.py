@@ -133,6 +133,8 @@ def test_shards_are_opened_in_the_announced_order_only(shards):
         files.open(shards[1]).close()
         with pytest.raises(ValueError, match=re.escape("opened out of the announced order (next announced: no further shard)")):
             files.open(shards[1])
+    with pytest.raises(ValueError, match="^ShardFiles is closed$"):
+        files.open(shards[0])
 
 
 def test_a_missing_shard_fails_when_it_is_reached_with_its_url(tmp_path):
