@@ -4,9 +4,8 @@ and its first bytes fetched in a background thread, so a slow object store's lat
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import fsspec
@@ -34,6 +33,9 @@ class ShardFiles:
         self._warm_bytes = warm_bytes
         self._ahead: tuple[str, Future] | None = None
         self._closed = False
+        # One thread for all the opens: a new thread per shard cost its start-up handshake,
+        # up to a GIL switch interval (5 ms) while the reader holds the GIL.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dist-resume prefetch")
 
     def __enter__(self) -> ShardFiles:
         return self
@@ -61,21 +63,11 @@ class ShardFiles:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[1].exception() is None:
             ahead[1].result().close()
+        self._thread.shutdown(wait=False)
 
     def _start(self) -> tuple[str, Future] | None:
         url = next(self._urls, None)
-        if url is None:
-            return None
-        future: Future = Future()
-        threading.Thread(target=self._open_into, args=(url, future), daemon=True,
-                         name=f"dist-resume prefetch {url}").start()
-        return url, future
-
-    def _open_into(self, url: str, future: Future) -> None:
-        try:
-            future.set_result(retry(self._warm_open, url))
-        except BaseException as exc:  # handed to the reader of this shard, raised there
-            future.set_exception(exc)
+        return None if url is None else (url, self._thread.submit(retry, self._warm_open, url))
 
     def _warm_open(self, url: str) -> BinaryIO:
         file = fsspec.open(url, "rb", **self._options).open()
