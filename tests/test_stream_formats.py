@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dist_resume.streams import ShardedStream
 from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader
 from dist_resume.streams.formats.jsonl import numbered_lines
 
-from .format_files import jsonl_bytes, parquet_bytes, tar_bytes
+from .format_files import jsonl_bytes, parquet_bytes, tar_bytes, write
 
 
 class CountingFile(io.BytesIO):
@@ -205,3 +206,10 @@ def test_tar_streams_the_shard():
     file = CountingFile(data)
     assert next(WebDatasetReader()(file))["__key__"] == "0000"
     assert file.bytes_read <= len(data) // 4
+
+
+def test_a_shard_is_named_by_the_path_or_url_it_was_opened_with(tmp_path):
+    path = write(f"{tmp_path}/bad.jsonl", b"1\n{\n")
+    for url in (path, f"file://{path}"):
+        with pytest.raises(ValueError, match=f"^{re.escape(path)}: line 2 is not valid JSON"):
+            list(ShardedStream([url], JsonlReader()))
