@@ -142,7 +142,8 @@ def run(quick: bool) -> list[FigureResult]:
         "and checked to hold every item once.",
         "ShardedStream opens each worker's next shard while it reads the current one; the plain recipe opens each "
         "shard when it reaches it. 'shuffle=True' adds the shard order and in-shard window shuffles (window 1024).",
-        "Both S3 servers run on 127.0.0.1 (moto in this process): latency is far below a remote object store's, "
-        "so prefetching gains little here.",
+        "Both S3 servers run on 127.0.0.1: latency is far below a remote object store's, so prefetching gains "
+        "little here. moto serves from this process, so at 0 workers its request handling, the prefetch thread "
+        "and the reader share one GIL; Ceph RGW runs in processes of its own.",
     ]
     return [result]
