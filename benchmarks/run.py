@@ -1,7 +1,7 @@
 """Entry point: `python -m benchmarks.run [--quick] [--only B1,B3] [--out DIR]`.
 
-Runs the figures (B1 ... B7), then writes DIR/latest.json, DIR/latest.md and one PNG per
-figure (DIR defaults to benchmarks/results).
+Runs the figures, then writes each figure's DIR/<id>.json, .md and .png, and, for a run of
+every figure, DIR/latest.json and DIR/latest.md (DIR defaults to benchmarks/results).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ FIGURES = {
     "B3": "b3_state_size",
     "B4": "b4_remap",
     "B5": "b5_checkpoint",
+    "B5L": "b5_run_listing",  # latest step and listing of a long run on S3
     "B6": "b6_seeding",
     "B6F": "b6_floors",  # the fixed costs behind B6
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
     "B7": "b7_streams",
+    "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
+    "B9": "b9_unordered",  # stragglers, in_order=False
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,12 +82,16 @@ def main(argv: list[str] | None = None) -> None:
     meta["load average at the end (1 min)"] = round(os.getloadavg()[0], 2)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    report.write_json(results, meta, args.out / "latest.json")
-    table = report.markdown(results, meta)
-    (args.out / "latest.md").write_text(table)
+    # Each figure's own files hold its latest run; latest.* only a run of every figure, so
+    # that a run of a few figures never replaces the others' figures with nothing.
+    if set(chosen) == set(FIGURES):
+        report.write_json(results, meta, args.out / "latest.json")
+        (args.out / "latest.md").write_text(report.markdown(results, meta))
     for result in results:
+        report.write_json([result], meta, args.out / f"{result.id}.json")
+        (args.out / f"{result.id}.md").write_text(report.markdown([result], meta))
         report.plot(result, args.out / f"{result.id}.png")
-    print(table)
+    print(report.markdown(results, meta))
 
 
 if __name__ == "__main__":

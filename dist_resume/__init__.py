@@ -21,13 +21,14 @@ from dist_resume.errors import (
     UnsafeCheckpointError,
 )
 from dist_resume.integrations.lightning import LightningLoader
+from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
 from dist_resume.process_group import shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
-from dist_resume.state import ResumeStateError, state_from_json, state_to_json
-from dist_resume.streams import JsonlReader, ParquetReader, ShardedStream, WebDatasetReader, hf_stream
+from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
+from dist_resume.streams import JsonlReader, ParquetReader, ShardCountError, ShardedStream, WebDatasetReader, hf_stream
 
 __all__ = [
     "CheckpointCorruptError",
@@ -43,8 +44,11 @@ __all__ = [
     "ResumableDataLoader",
     "ResumePlan",
     "ResumeStateError",
+    "ResumableTrainerMixin",
     "SaveHandle",
+    "ShardCountError",
     "ShardedStream",
+    "SkippedRange",
     "StorageError",
     "TrainState",
     "UnsafeCheckpointError",

@@ -21,6 +21,7 @@ from dist_resume.mixtures.inspection import describe as describe_mixture
 from dist_resume.positions.remap import ResumePlan, plan_resume
 from dist_resume.state.fields import MAX_WORLD_SIZE, RankState, ResumeStateError
 from dist_resume.state.saved import decode
+from dist_resume.state.skips import saved_ledger
 
 PROG = "dist-resume"
 
@@ -164,6 +165,15 @@ def _inspect(args: argparse.Namespace) -> int:
         where = "finished" if rank_state.epoch_finished else "in progress"
         print(f"  rank {rank}: epoch {rank_state.epoch} ({where}), {rank_state.batches_consumed} batches "
               f"= {rank_state.samples_consumed} samples consumed this epoch")
+        if rank in saved.delivered:  # in_order=False
+            ahead = saved.delivered[rank]
+            print(f"    out of order: its batches up to {ahead.frontier - 1} were consumed too, except "
+                  f"{', '.join(map(str, ahead.holes))}")
+    ledger = saved_ledger(state, sorted(saved.ranks))
+    if ledger.ranges:
+        print("  skipped by loader.skip(), never trained (global batches and positions of each epoch):")
+        for skipped in ledger.ranges:
+            print(f"    {skipped}")
     for line in describe_mixture(state, saved):
         print(line)
     return 0

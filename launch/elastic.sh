@@ -7,7 +7,7 @@
 #   NPROC_PER_NODE (default 1), RDZV_ENDPOINT (host:port), RDZV_ID, RDZV_BACKEND (default c10d).
 # Example, one node, 2 processes, survives a crashed worker:
 #   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
-#     bash launch/elastic.sh launch/train.py --checkpoint ./runs/ckpt --global-batch 12
+#     bash launch/elastic.sh launch/train.py --checkpoint ./runs/elastic-demo --global-batch 12
 # torchrun is run with $PYTHON, else the quick start's .venv/bin/python, else python3 (python.sh).
 set -euo pipefail
 source "$(dirname "$0")/python.sh"

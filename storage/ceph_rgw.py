@@ -1,6 +1,6 @@
 """A real S3 server for tests and development: a one-node Ceph cluster with the RADOS Gateway.
 
-    python storage/ceph_rgw.py [--bucket checkpoints]
+    .venv/bin/python storage/ceph_rgw.py [--bucket checkpoints]
 
 Starts a monitor, one OSD that keeps its objects in memory (memstore, at most 1 GiB) and
 radosgw, in a temporary directory, with authentication off inside the cluster and an S3 user

@@ -1,6 +1,6 @@
 """A local S3 endpoint for development: moto's server on 127.0.0.1 with one bucket.
 
-    python storage/dev_s3_server.py [--port 9000] [--bucket checkpoints]
+    .venv/bin/python storage/dev_s3_server.py [--port 9000] [--bucket checkpoints]
 
 Prints the environment a job needs (endpoint and fake credentials), then serves until
 interrupted. Only ever binds the loopback address.

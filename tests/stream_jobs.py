@@ -40,12 +40,15 @@ def read_jsonl(file) -> Any:
         yield json.loads(line)["id"]
 
 
-def make_stream(urls: list[str], storage_options: dict[str, Any] | None = None) -> ShardedStream:
-    return ShardedStream(urls, read_jsonl, window=8, seed=11, storage_options=storage_options)
+def make_stream(urls: list[str], storage_options: dict[str, Any] | None = None, **options: Any) -> ShardedStream:
+    return ShardedStream(urls, read_jsonl, window=8, seed=11, storage_options=storage_options, **options)
 
 
 def make_loader(stream: ShardedStream, rank: int, world_size: int, num_workers: int) -> ResumableDataLoader:
-    return ResumableDataLoader(stream, batch_size=4, num_workers=num_workers, rank=rank, world_size=world_size)
+    # even_batches=False: no padding, so "every item exactly once" is the whole epoch
+    # (tests/test_stream_determinism.py checks the padded and dropped ends).
+    return ResumableDataLoader(stream, batch_size=4, num_workers=num_workers, rank=rank, world_size=world_size,
+                               even_batches=False)
 
 
 def run_job(

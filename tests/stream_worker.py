@@ -1,7 +1,9 @@
 """One gloo rank of a ShardedStream training job for tests/test_sharded_stream_multiprocess.py.
 
-Run by ``tests.checkpoint_worker.run(..., script=__file__)``; consumed items go to
-``out/consumed-<scenario>-<rank>.json``.
+Run by ``tests.checkpoint_worker.run(..., script=__file__)``: loads the checkpoint at
+``ckpt`` (if any), takes ``steps`` batches (default: to the epoch's end), saves at step
+``save_step`` if given, and writes the batches it consumed to
+``out/batches-<scenario>-<rank>.json``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def _job(scenario: str, args: dict[str, Any]) -> None:
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank = dist.get_rank()
-    loader = ResumableDataLoader(make_stream(args["urls"]), batch_size=4, num_workers=args["num_workers"])
+    loader = ResumableDataLoader(make_stream(args["urls"]), batch_size=args["batch_size"],
+                                 num_workers=args["num_workers"])
     load_checkpoint({"loader": loader}, args["ckpt"])
-    batches = itertools.islice(loader, args.get("steps"))
-    consumed = [item for batch in batches for item in batch.tolist()]
-    if "steps" in args:
-        save_checkpoint({"loader": loader}, args["ckpt"], step=1)
-    Path(args["out"], f"consumed-{scenario}-{rank}.json").write_text(json.dumps(consumed))
+    batches = [batch.tolist() for batch in itertools.islice(loader, args.get("steps"))]
+    if "save_step" in args:
+        save_checkpoint({"loader": loader}, args["ckpt"], step=args["save_step"])
+    Path(args["out"], f"batches-{scenario}-{rank}.json").write_text(json.dumps({"batches": batches,
+                                                                               "len": len(loader)}))
     shut_down_distributed()
 
 

@@ -49,11 +49,16 @@ def _save(loaders: list[ResumableDataLoader], url: Path, step: int = 1) -> None:
     ({"step": 2, "world_size": 1, "committed_at": 0}, "its commit marker names step 2"),
     ([1], "its commit marker is not a JSON object"),
 ])
-def test_ls_on_a_damaged_commit_marker_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                   marker: object, problem: str) -> None:
+def test_a_damaged_commit_marker_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                            marker: object, problem: str) -> None:
+    """``ls`` reads the run's index of committed steps, ``inspect`` the step's own marker."""
     _save(_loaders(1, 3), tmp_path)
+    (tmp_path / ".commits" / step_dir_name(1)).write_text(json.dumps(marker))
+    assert _run(capsys, "ls", str(tmp_path)) == (
+        1, "", f"dist-resume: error: the index entry of step 1 at {tmp_path} is damaged: {problem}\n")
     (tmp_path / step_dir_name(1) / ".committed").write_text(json.dumps(marker))
-    assert _run(capsys, "ls", str(tmp_path)) == (1, "", f"dist-resume: error: step 1 at {tmp_path} is damaged: {problem}\n")
+    assert _run(capsys, "inspect", str(tmp_path)) == (
+        1, "", f"dist-resume: error: step 1 at {tmp_path} is damaged: {problem}\n")
 
 
 def test_inspect_on_a_zeroed_shard_is_one_line_without_unsafe_advice(tmp_path: Path,

@@ -535,12 +535,6 @@ def test_g6_elastic_resume_needs_every_rank():
         (dict(rank=0), ValueError, "give both rank and world_size, or neither (got rank=0, world_size=None)"),
         (dict(rank=2, world_size=2), ValueError, "rank must be in [0, world_size), got rank=2, world_size=2"),
         (dict(seed=-1), ValueError, "seed must be in [0, 2**63), got -1"),
-        (
-            dict(in_order=False),
-            ValueError,
-            "in_order=False lets workers return batches out of order, so 'consumed' would not be a prefix of "
-            "the epoch; ResumableDataLoader needs in_order=True to resume exactly",
-        ),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, error, message):

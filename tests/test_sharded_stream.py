@@ -82,7 +82,7 @@ def test_an_elastic_resume_needs_every_rank(urls):
     next(iter(loader))
     message = (
         "loader state holds ranks [0] of a world of 2, ranks [1] are missing: resuming at world size 3 with "
-        "num_workers=0 (saved: world size 2 with num_workers=0) needs every rank's state "
+        "global batch 12 (saved: world size 2 with global batch 8) needs every rank's state "
         "(use dist_resume.load_checkpoint, or merge the state_dict() of every rank)"
     )
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
@@ -92,7 +92,8 @@ def test_an_elastic_resume_needs_every_rank(urls):
 def test_a_state_for_other_shards_is_refused(urls):
     loader = make_loader(make_stream(urls), 0, 1, 0)
     next(iter(loader))
-    message = "loader state was saved for a ShardedStream with other shards, shuffle, window or seed"
+    message = ("loader state entry 'rank_0' stream field 'meta' was saved for a ShardedStream with other shards, "
+               "shuffle, window or seed")
     other = make_loader(make_stream(urls[:-1] + urls[:1]), 0, 1, 0)
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         other.load_state_dict(loader.state_dict())

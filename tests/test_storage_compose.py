@@ -46,5 +46,5 @@ def test_images_are_pinned() -> None:
 
 
 def test_documented_command_returns_the_jobs_status() -> None:
-    assert "docker-compose up --build --abort-on-container-exit" in (ROOT / "README.md").read_text()
+    assert "docker-compose up --build --abort-on-container-exit" in (ROOT / "docs" / "launching.md").read_text()
     assert "docker-compose up --build --abort-on-container-exit" in (ROOT / "docker-compose.yml").read_text()

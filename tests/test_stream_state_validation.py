@@ -16,8 +16,8 @@ from dist_resume import ResumableDataLoader, ResumeStateError
 from .stream_jobs import SHARD_SIZES, make_loader, make_stream, write_shards
 from .tutorial_datasets import Counting
 
-SHARDS = len(SHARD_SIZES)
 ENTRY = "loader state entry 'rank_0' stream"
+READER_DIGEST = make_stream([]).reader_digest
 
 
 @pytest.fixture
@@ -47,19 +47,36 @@ def _meta(index: int, value: int) -> Callable[[dict], None]:
     return _set_at("meta", index, value)
 
 
+def _canonical(index: int, value: int) -> Callable[[dict], None]:
+    return _set_at("canonical", index, value)
+
+
 CASES = [
-    ("consumed -3", _set_at("consumed", 3, -3), f"{ENTRY} field 'consumed' is -3 for shard 3"),
-    ("finished 5", _set_at("finished", 2, 5), f"{ENTRY} field 'finished' is 5 for shard 2 (0 or 1)"),
-    ("consumed too short", _set("consumed", torch.zeros(SHARDS - 1, dtype=torch.int64)),
-     f"{ENTRY} field 'consumed' has {SHARDS - 1} values, expected {SHARDS}"),
-    ("finished float", _set("finished", torch.zeros(SHARDS)), f"{ENTRY} field 'finished' is not a 1-D int64 tensor"),
-    ("consumed list", _set("consumed", [0] * SHARDS), f"{ENTRY} field 'consumed' is not a 1-D int64 tensor"),
-    ("no consumed", lambda s: s.pop("consumed"), f"{ENTRY} has no 'consumed'"),
+    ("position -3", _canonical(2, -3), f"{ENTRY} field 'canonical' has epoch position -3"),
+    ("canonical streams 0", _canonical(0, 0), f"{ENTRY} field 'canonical' has canonical_streams 0"),
+    ("global batch 0", _canonical(1, 0), f"{ENTRY} field 'canonical' has global batch 0"),
+    ("canonical too short", _set("canonical", torch.zeros(4, dtype=torch.int64)),
+     f"{ENTRY} field 'canonical' has 4 values, expected 5"),
+    ("canonical float", _set("canonical", torch.zeros(5)), f"{ENTRY} field 'canonical' is not a 1-D int64 tensor"),
+    ("canonical list", _set("canonical", [1] * 5), f"{ENTRY} field 'canonical' is not a 1-D int64 tensor"),
+    ("no canonical", lambda s: s.pop("canonical"), f"{ENTRY} has no 'canonical'"),
+    ("other reader", _canonical(4, 12345),
+     f"{ENTRY} field 'canonical' was saved with another reader (digest 12345); this ShardedStream's reader has "
+     f"digest {READER_DIGEST}"),
+    ("other lengths", _canonical(3, 12345),
+     f"{ENTRY} field 'canonical' was saved for shards of other item counts: a shard changed since, or lengths= "
+     "differs from the counts the state was saved with"),
+    ("position past the epoch", _canonical(2, 1000),
+     f"{ENTRY} field 'canonical' says epoch position 1000 of an epoch of {sum(SHARD_SIZES)} items"),
     ("no meta", lambda s: s.pop("meta"), "loader state entry 'rank_0' has no 'stream' state"),
     ("meta too long", _set("meta", torch.zeros(5, dtype=torch.int64)), f"{ENTRY} field 'meta' has 5 values, expected 4"),
     ("unknown kind", _meta(0, 7), f"{ENTRY} field 'meta' names unknown stream kind 7"),
     ("negative workers", _meta(1, -2), f"{ENTRY} field 'meta' has num_workers -2"),
     ("last role out of range", _meta(2, 3), f"{ENTRY} field 'meta' has last role 3 of 1"),
+    ("per-shard format", _meta(0, 1),
+     f"{ENTRY} field 'meta' holds a ShardedStream state of the per-shard format (fields 'consumed' and 'finished', "
+     "from dist_resume before canonical streams), which this version cannot continue exactly: finish that epoch "
+     "with the version that saved it, or start the epoch afresh"),
 ]
 
 
@@ -74,22 +91,6 @@ def test_damaged_stream_state_names_the_field(saved, edit, message) -> None:
         next(iter(loader))
 
 
-@pytest.mark.parametrize("num_workers", [0, 1])
-def test_consumed_beyond_a_shards_items_is_refused(saved, num_workers) -> None:
-    """10**6 items consumed of a 40-item shard: its items must not be silently skipped."""
-    stream, state = saved
-    state = copy.deepcopy(state)
-    consumed = state["rank_0"]["stream"]["consumed"].clone()
-    consumed[0] = 10**6
-    state["rank_0"]["stream"]["consumed"] = consumed
-    loader = make_loader(stream, 0, 1, num_workers)
-    loader.load_state_dict(state)
-    message = (f"loader state field 'consumed' says 1000000 items of shard 0 ({stream.shards[0]}) were read; "
-               f"it holds {SHARD_SIZES[0]}")
-    with pytest.raises(ResumeStateError, match=re.escape(message)):
-        list(loader)
-
-
 def test_elastic_resume_checks_every_ranks_entry(tmp_path) -> None:
     stream = make_stream(write_shards(str(tmp_path)))
     state: dict[str, Any] = {}
@@ -97,10 +98,10 @@ def test_elastic_resume_checks_every_ranks_entry(tmp_path) -> None:
         loader = make_loader(stream, rank, 2, 0)
         next(iter(loader))
         state.update(loader.state_dict())
-    consumed = state["rank_1"]["stream"]["consumed"].clone()
-    consumed[4] = -1
-    state["rank_1"]["stream"]["consumed"] = consumed
-    message = "loader state entry 'rank_1' stream field 'consumed' is -1 for shard 4"
+    canonical = state["rank_1"]["stream"]["canonical"].clone()
+    canonical[2] = -1
+    state["rank_1"]["stream"]["canonical"] = canonical
+    message = "loader state entry 'rank_1' stream field 'canonical' has epoch position -1"
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         make_loader(stream, 0, 3, 0).load_state_dict(state)
 

@@ -12,8 +12,9 @@ from importlib import metadata as package_metadata
 
 import torch
 
+from dist_resume.checkpoint.commit_index import entry_path, write_entry
 from dist_resume.checkpoint.metadata_checks import read_metadata
-from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, require_directory, step_dir
+from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, require_directory, step_dir, step_dir_name
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
 from dist_resume.storage import CheckpointStore
 
@@ -63,6 +64,7 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
             f"{where} was committed by another save while this one ran (two jobs on one URL?); "
             "this save's files were removed and the committed step is unchanged"
         )
+    write_entry(store, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
     if keep is not None:
         prune(store, step, keep)
 
@@ -72,6 +74,7 @@ def prune(store: CheckpointStore, step: int, keep: int) -> None:
     steps = committed_steps(store)
     older = sorted(s for s in steps if s < step)
     for old in older[: max(0, len(older) - (keep - 1))]:
-        # Uncommit first: a crash while deleting leaves an ignored directory.
+        # Unindex and uncommit first: a crash while deleting leaves an ignored directory.
+        store.remove_file(entry_path(store, step_dir_name(old)))
         store.remove_file(posixpath.join(steps[old], MARKER))
         store.remove_tree(steps[old])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,9 @@ from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
-from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, read_commit, refuse_misplaced, step_dir
+from dist_resume.checkpoint.commit_index import indexed_steps, read_entry
+from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, read_commit, refuse_misplaced, step_dir,
+                                              step_dir_name)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY
@@ -183,16 +186,32 @@ def read_loader_states(
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
     """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored,
-    a location that holds something else than checkpoints is refused (as by load_checkpoint)."""
+    a location that holds something else than checkpoints is refused (as by load_checkpoint).
+    Steps pruned while they are listed are left out."""
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
     steps = committed_steps(store)
     if not steps:
         refuse_misplaced(store)
-    infos = []
-    for step, directory in sorted(steps.items()):
-        marker, _ = read_commit(store, step, directory)
-        infos.append(CheckpointInfo(step=step, committed_at=marker["committed_at"],
-                                    world_size=marker["world_size"], size_bytes=store.tree_size(directory),
-                                    url=store.loc.url_of(directory)))
-    return infos
+    indexed = indexed_steps(store)
+    with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
+        found = pool.map(lambda item: _info(store, *item, item[0] in indexed), sorted(steps.items()))
+        return [info for info in found if info is not None]
+
+
+_LISTING_READS = 16
+
+
+def _info(store: CheckpointStore, step: int, directory: str, indexed: bool) -> CheckpointInfo | None:
+    try:
+        with _pruned_is_not_damage(store, step):
+            if indexed:
+                marker = read_entry(store, step, step_dir_name(step))
+                size = marker["size_bytes"]
+            else:  # saved before the index: its marker and its files
+                marker, _ = read_commit(store, step, directory)
+                size = store.tree_size(directory)
+    except CheckpointNotFoundError:
+        return None
+    return CheckpointInfo(step=step, committed_at=marker["committed_at"], world_size=marker["world_size"],
+                          size_bytes=size, url=store.loc.url_of(directory))

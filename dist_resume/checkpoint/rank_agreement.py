@@ -21,23 +21,30 @@ def _disagreement(values: list[tuple[object, str]]) -> str | None:
     return "; ".join(f"ranks {members}: {shown}" for shown, members in ranks.values())
 
 
-def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str, **arguments: object) -> None:
+def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str, *,
+                      skipped: dict[str, str] | None = None, **arguments: object) -> None:
     """Raise the same :class:`CheckpointError` on every rank of ``group`` unless all of them
     resolved the checkpoint URL to the same filesystem and path and pass equal
     ``arguments`` (``step``, ``keep``, ...). Ranks that write to different places (per-rank
     or relative URLs, different endpoints) would commit a step that lacks some ranks'
     shards, or load different runs; ranks that pass different steps would commit rank 0's
     step with every rank's data, and ranks that differ on ``async_save`` would wait for
-    each other forever. ``verb`` ("save", "load") names the call in the error."""
+    each other forever. ``verb`` ("save", "load") names the call in the error. ``skipped``
+    (a save's data loaders, by key, and the ranges each skipped) must agree too: ranks that
+    skipped different batches would save a state that trains some samples on one rank only."""
     if not distributed() or dist.get_world_size(group) == 1:
         return
     place = (type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None))
     printable = loc.root if loc.is_local else loc.url  # a local root is absolute: cwd shows
-    every: list[tuple[tuple[object, ...], str, dict[str, object]] | None] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, (place, printable, arguments), group=group)
-    places = _disagreement([(theirs, shown) for theirs, shown, _ in every])  # type: ignore[misc]
-    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs in every])  # type: ignore[misc]
+    every: list[tuple[tuple[object, ...], str, dict[str, object], dict[str, str]] | None] = \
+        [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, (place, printable, arguments, skipped or {}), group=group)
+    places = _disagreement([(theirs, shown) for theirs, shown, _, _ in every])  # type: ignore[misc]
+    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs, _ in every])  # type: ignore[misc]
                  for name in arguments}
+    loader_skips = [theirs for *_, theirs in every]  # type: ignore[misc]
+    skips = {key: _disagreement([(theirs.get(key), theirs.get(key, "no such loader")) for theirs in loader_skips])
+             for key in sorted({key for theirs in loader_skips for key in theirs})}
     problems, advice = [], []
     if places is not None:
         problems.append(f"do not name the same checkpoint location ({places})")
@@ -48,6 +55,11 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     if len(advice) < len(problems):
         *first, last = arguments
         advice.append(f"every rank must pass the same {', '.join(first)}{' and ' if first else ''}{last}")
+    uneven = [f"{key!r} ({listed})" for key, listed in skips.items() if listed is not None]
+    if uneven:
+        problems.append(f"{'and ' if problems else ''}have data loaders that skipped different batches: "
+                        + ", ".join(uneven))
+        advice.append("every rank must call loader.skip() with the same number of batches")
     if not problems:
         return
     step = arguments.get("step")

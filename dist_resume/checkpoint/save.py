@@ -18,6 +18,7 @@ from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previ
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.rank_agreement import require_agreement
+from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
 
 
@@ -51,7 +52,8 @@ def save_checkpoint(
 
     Collective: every rank of ``process_group`` calls it with the same URL, ``step``,
     ``keep`` and ``async_save``; ranks that differ all raise one :class:`CheckpointError`
-    naming the argument and each rank's value, before anything is written. The step is
+    naming the argument and each rank's value, before anything is written; so do ranks
+    whose data loaders skipped different batches (``loader.skip``). The step is
     written to a new directory and committed only after every rank's data and DCP's
     ``.metadata`` are stored; a crash at any point leaves the previous committed step
     loadable (G7). A committed step is never overwritten (:class:`CheckpointExistsError`).
@@ -72,7 +74,8 @@ def save_checkpoint(
     with peers_answer(f"cannot save {where}", process_group):
         # before the background group exists: creating it is a collective of its own, and a
         # rank that creates it while its peer does not waits forever
-        require_agreement(loc, process_group, "save", step=step, keep=keep, async_save=async_save)
+        require_agreement(loc, process_group, "save", skipped=loader_skips(state), step=step, keep=keep,
+                          async_save=async_save)
         group = checkpoint_group(process_group) if async_save else process_group
         attempt = on_rank0(group, lambda: prepare_attempt(store, step))
         writer = CheckpointWriter(loc, attempt)

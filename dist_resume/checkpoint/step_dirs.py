@@ -12,6 +12,7 @@ import posixpath
 import re
 from typing import Any
 
+from dist_resume.checkpoint.commit_index import indexed_steps
 from dist_resume.checkpoint.marker import ATTEMPT_NAME, read_marker
 from dist_resume.checkpoint.metadata_checks import METADATA
 from dist_resume.errors import CheckpointError
@@ -41,10 +42,15 @@ def require_directory(store: CheckpointStore, directory: str, kind: str | None) 
 
 def committed_steps(store: CheckpointStore) -> dict[int, str]:
     """Committed steps at the location and their directories. A step directory that is a
-    link or not named as this library names it is refused, never read beside the others."""
+    link or not named as this library names it is refused, never read beside the others.
+    Two listings for a run whose steps are indexed; a check of its marker per step that is not."""
     loc = store.loc
+    listed = store.entries(loc.root)
+    # After the run's listing: an entry removed since (a prune removes it before the marker)
+    # sends its step to the marker check, which then finds it uncommitted.
+    indexed = indexed_steps(store)
     steps = {}
-    for entry in store.entries(loc.root):
+    for entry in listed:
         match = _STEP_DIR.fullmatch(entry.name)
         if not match:
             continue
@@ -56,7 +62,7 @@ def committed_steps(store: CheckpointStore) -> dict[int, str]:
             )
         directory = loc.join(entry.name)
         require_directory(store, directory, entry.kind)
-        if store.exists(posixpath.join(directory, MARKER)):
+        if step in indexed or store.exists(posixpath.join(directory, MARKER)):
             steps[step] = directory
     return steps
 

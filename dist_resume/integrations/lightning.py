@@ -28,6 +28,7 @@ from dist_resume.positions.layout import Layout, TailMode
 from dist_resume.positions.remap import resume_rank
 from dist_resume.state.fields import PROGRESS_KEY, RankState, ResumeStateError, Sampling, rank_key
 from dist_resume.state.saved import decode
+from dist_resume.state.skips import SKIPS_KEY
 
 
 class LightningLoader:
@@ -127,7 +128,9 @@ def _has_length(loader: ResumableDataLoader) -> bool:
 def _own_entry(state_dict: dict[str, Any], rank: int) -> dict[str, Any]:
     key = rank_key(rank)
     entry = state_dict[key]
-    if RankState.from_tensor(entry[PROGRESS_KEY], key).sampling != Sampling.EPOCH_ORDER or set(entry) != {PROGRESS_KEY}:
+    # The ranges loader.skip() passed over are the same on every rank.
+    if RankState.from_tensor(entry[PROGRESS_KEY], key).sampling != Sampling.EPOCH_ORDER or \
+            set(entry) - {SKIPS_KEY} != {PROGRESS_KEY}:
         raise ResumeStateError(
             "Lightning checkpoints the loader state of rank 0 only, and this loader's state differs per rank "
             "beyond its position (a custom sampler or batch_sampler, an IterableDataset, or a dataset with "
@@ -145,6 +148,7 @@ def _every_rank(own: dict[str, Any], loader: ResumableDataLoader) -> dict[str, A
     state = saved.ranks[loader.rank]
     layout = resume_rank(saved, state.world_size, state.batch_size, loader.rank).layout
     merged = {key: value for key, value in own.items() if key != rank_key(loader.rank)}
+    shared = {key: value for key, value in own[rank_key(loader.rank)].items() if key == SKIPS_KEY}
     for rank in range(state.world_size):
         batches = min(state.batches_consumed, layout.num_batches(rank))
         if layout.num_batches(rank) == layout.num_batches(loader.rank):
@@ -153,5 +157,5 @@ def _every_rank(own: dict[str, Any], loader: ResumableDataLoader) -> dict[str, A
             finished = int(0 < batches == layout.num_batches(rank))
         entry = dataclasses.replace(state, rank=rank, batches_consumed=batches,
                                     samples_consumed=layout.slots_before(rank, batches), epoch_finished=finished)
-        merged[rank_key(rank)] = {PROGRESS_KEY: entry.to_tensor()}
+        merged[rank_key(rank)] = {PROGRESS_KEY: entry.to_tensor(), **shared}
     return merged

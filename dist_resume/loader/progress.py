@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dist_resume.positions.elastic_plan import Plan
+from dist_resume.state.delivered import Delivered
 
 
 class Progress:
@@ -20,11 +21,13 @@ class Progress:
         self.finished = finished
         # Set by set_epoch: the next iter() serves this epoch even if it is finished.
         self.chosen = False
+        # in_order=False: the batches delivered out of order; `batches` is their prefix.
+        self.delivered: Delivered | None = None
 
     @property
     def started(self) -> bool:
         """Whether a batch of the epoch was consumed, or the epoch is over."""
-        return bool(self.batches or self.finished)
+        return bool(self.batches or self.finished or (self.delivered is not None and self.delivered.frontier))
 
 
 class ResumingIterator:
@@ -61,7 +64,7 @@ class ResumingIterator:
             self._inner = iter(())
             raise RuntimeError(
                 "this ResumableDataLoader iterator is stale: the loader was re-iterated, or "
-                "load_state_dict()/set_epoch() moved it; call iter(loader) to continue from its position"
+                "load_state_dict()/set_epoch()/skip() moved it; call iter(loader) to continue from its position"
             )
         try:
             batch = next(self._inner)

@@ -29,7 +29,8 @@ class RebuildGuard:
             "a DataLoader rebuilt from it (accelerate's prepare without attach, or its skip_first_batches; HF "
             "Trainer's mid-epoch resume) would train another order, silently. With accelerate, attach the loader "
             "(dist_resume.integrations.accelerate.attach) before prepare; resume it with load_state_dict; under HF "
-            "Trainer, set TrainingArguments(ignore_data_skip=True) and save the loader's state with each checkpoint"
+            "Trainer, put dist_resume.integrations.transformers.ResumableTrainerMixin before Trainer (it turns "
+            "Trainer's batch skipping off and saves the loader's state with each checkpoint)"
         )
 
     def __getattr__(self, name: str) -> Any:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import collections
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy
 import torch
 
 from dist_resume.loader.dataset_states import DatasetStates
 from dist_resume.loader.fetch import BatchRequest
+from dist_resume.loader.unordered import numbered
 from dist_resume.positions.dataset_order import position_order
-from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.rank_batches import rank_positions
 from dist_resume.positions.layout import Layout
 from dist_resume.state.fields import Sampling
 
@@ -29,14 +32,15 @@ class RequestSampler:
     loader's methods weakly: the loader owns the inner DataLoader, and a cycle would keep
     persistent workers alive after the loader is dropped."""
 
-    def __init__(self, requests: weakref.WeakMethod, length: weakref.WeakMethod, num_workers: int) -> None:
+    def __init__(self, requests: weakref.WeakMethod, length: weakref.WeakMethod,
+                 wire: Callable[[Any], tuple] | None) -> None:
         self._requests = requests
         self._length = length
-        self._num_workers = num_workers
+        self._wire = wire  # how a request travels to a worker; None: no workers
 
-    def __iter__(self) -> Iterator[BatchRequest | tuple]:
+    def __iter__(self) -> Iterator[Any]:
         requests = self._live(self._requests)()
-        return map(BatchRequest.wire, requests) if self._num_workers else requests
+        return map(self._wire, requests) if self._wire is not None else requests
 
     def __len__(self) -> int:
         return self._live(self._length)()
@@ -52,7 +56,7 @@ class RequestSampler:
 class BatchRequests:
     """The request generation of `ResumableDataLoader` (a mixin: it reads the loader's position)."""
 
-    def _requests(self) -> Iterator[BatchRequest]:
+    def _requests(self) -> Iterator[Any]:
         # Read the position now: the generator body only runs when the first batch is drawn.
         progress = self._progress
         start = (progress.batches, progress.samples)
@@ -60,6 +64,8 @@ class BatchRequests:
             requests = self._epoch_order_requests(progress.epoch, progress.plan, start[0])
         else:
             requests = self._user_sampler_requests(progress.epoch, *start)
+        if not self.in_order:
+            return numbered(requests, start[0])
         return recording_sizes(requests, self._sizes, start[0], self._dataset_states)
 
     def _epoch_order_requests(self, epoch: int, plan: Plan, first_batch: int) -> Iterator[BatchRequest]:

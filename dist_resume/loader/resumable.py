@@ -15,19 +15,23 @@ from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
 from dist_resume.loader.defaults import data_parallel_shard, default_seed
 from dist_resume.loader.epochs import EpochChoice
-from dist_resume.loader.fetch import SeededDataset, SingleSample
+from dist_resume.loader.fetch import BatchRequest, SeededDataset, SingleSample
 from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
 from dist_resume.loader.rebuild_guard import RebuildGuard
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
 from dist_resume.loader.single_process import SingleProcessBatches, serves
+from dist_resume.loader.skipping import BatchSkipping
 from dist_resume.loader.split_by_node import check_not_split_by_node
+from dist_resume.loader.unordered import (NumberedDataset, NumberedRequest, NumberingCollate, arrivals,
+                                          check_unordered, deliver)
 from dist_resume.positions.dataset_order import definition_digest
 from dist_resume.positions.elastic_plan import Plan
 from dist_resume.positions.layout import Layout, TailMode
 from dist_resume.randomness.per_sample import parse_choice
 from dist_resume.randomness.sampler import SamplerRandomness
 from dist_resume.state.fields import Identity, Sampling
+from dist_resume.state.skips import SkipLedger
 from dist_resume.streams.cursor import StreamCursor
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.workers.roles import UserDatasetInit, is_stateful
@@ -35,7 +39,7 @@ from dist_resume.workers.roles import UserDatasetInit, is_stateful
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T_co]):
+class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState, DataLoader[_T_co]):
     """A drop-in `torch.utils.data.DataLoader` that can stop anywhere and resume on the
     exact next sample, at the same or another world size (GUARANTEES G1-G6).
 
@@ -65,8 +69,15 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
       `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
       per batch).
 
-    An `IterableDataset` is resumed per worker (same world size and `num_workers`), or, for
-    a `ShardedStream`, at any world size and `num_workers` (see `dist_resume.streams`).
+    - `in_order=False` (map-style datasets and Mixtures in the loader's own order): batches
+      reach the loop in the order workers finish them, as with torch's DataLoader. The state
+      records the consumed prefix and the batches delivered beyond it (at most
+      `num_workers * prefetch_factor` missing ones); a resume, at any world size, batch size
+      or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
+      own seed (G4), in an order that is not the uninterrupted one (no G3).
+
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`); a
+    `ShardedStream` at any, as map-style data is (G1-G3, even ends; see `ShardedStream`).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
@@ -75,6 +86,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
     loaded position: a state taken after the epoch's last batch but before the iterator
     ended resumes into no batches; one taken after it ended resumes at the next epoch.
     An iterator that was running stops with an error rather than mix states.
+    `skip(batches)` passes over the next global batches without reading them (see `skip`).
     `set_epoch(e)` is forwarded to the dataset and to a sampler or batch sampler that
     define it, for every epoch the loader serves.
     """
@@ -107,11 +119,6 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         deterministic_transforms: bool | Iterable[str] = True,
         snapshot_every: int = 16,
     ) -> None:
-        if not in_order:
-            raise ValueError(
-                "in_order=False lets workers return batches out of order, so 'consumed' would not be "
-                "a prefix of the epoch; ResumableDataLoader needs in_order=True to resume exactly"
-            )
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -137,7 +144,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers) if isinstance(dataset, IterableDataset) else None
+        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size, batch_size or 1) if isinstance(dataset, IterableDataset) else None
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -170,6 +177,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         # The elastic plan this job loaded: fixed until the next load, so that every rank
         # saves the same replicated value (DCP keeps one copy of it), whatever its epoch.
         self._plan_values: list[int] = []
+        self._skips = SkipLedger()  # what skip() passed over, saved with the state
         self._sampler_snapshot: Any = None  # a stateful user sampler's state at the epoch's start
         self._sampler_rng = SamplerRandomness(self._user_sampler)  # a random one's generator state
         self._generation = 0
@@ -177,6 +185,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         self._pass_batches = -1  # batches of the pass being iterated (epoch order; -1: unknown)
         self._inner: DataLoader | None = None
         stateful_dataset = self._stream is None and is_stateful(dataset)
+        if not in_order:
+            check_unordered(dataset, self._sampling, stateful_dataset)
+        self._arrivals: collections.deque[int] = collections.deque()  # in_order=False: numbers of batches handed on
         self._dataset_states = DatasetStates(dataset, num_workers) if stateful_dataset else None
 
     # -- what the loader is -------------------------------------------------------
@@ -194,7 +205,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         progress = self._next_progress()
         if self._sampling is Sampling.EPOCH_ORDER:
             return self._layout(progress).num_batches(self.rank)
-        return super().__len__()
+        batches = -1 if self._stream is None else self._stream.batches(self, progress, progress is not self._progress)
+        return batches if batches >= 0 else super().__len__()
 
     def padding_positions(self, epoch: int | None = None) -> list[int]:
         """Positions of `epoch`'s order (default: the current) that this rank's final batch
@@ -226,6 +238,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         epoch_order = self._sampling is Sampling.EPOCH_ORDER
         self._pass_batches = self._layout(self._progress).num_batches(self.rank) if epoch_order else -1
         if self._stream is not None:
+            self._pass_batches = self._stream.batches(self, self._progress, False)  # -1: unknown
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
             batches = iter(inner)
@@ -234,6 +247,9 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
         loader = self._inner_loader()
         batches = SingleProcessBatches(loader) if serves(loader) else iter(loader)
         inner = self._dataset_states.yielded(batches) if self._dataset_states is not None else batches
+        if not self.in_order:
+            self._arrivals = collections.deque()
+            inner = arrivals(batches, self._arrivals)
         return self._resuming(inner, batches)
 
     def _resuming(self, inner: Iterator[Any], batches: Iterator[Any], stream_length: StreamLength | None = None
@@ -248,12 +264,14 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
             collate = self.collate_fn if self._auto_collation else SingleSample(self.collate_fn)
             if self._dataset_states is not None:
                 collate = TaggingCollate(collate)
+            dataset, wire = (SeededDataset, BatchRequest.wire) if self.in_order else (NumberedDataset, NumberedRequest.wire)
             self._inner = DataLoader(
-                SeededDataset(self.dataset, self.seed, self.deterministic_transforms),
+                dataset(self.dataset, self.seed, self.deterministic_transforms),
                 batch_sampler=RequestSampler(weakref.WeakMethod(self._requests), weakref.WeakMethod(self.__len__),
-                                             self.num_workers),
+                                             wire if self.num_workers else None),
                 num_workers=self.num_workers,
-                collate_fn=collate,
+                in_order=self.in_order,
+                collate_fn=collate if self.in_order else NumberingCollate(collate),
                 pin_memory=self.pin_memory,
                 timeout=self.timeout,
                 worker_init_fn=UserDatasetInit(self.worker_init_fn),
@@ -268,6 +286,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, LoaderState, DataLoader[_T
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
+        if not self.in_order:
+            return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()
         if progress.batches == self._pass_batches:

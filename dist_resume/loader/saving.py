@@ -11,6 +11,7 @@ from dist_resume.loader.progress import Progress
 from dist_resume.positions.dataset_order import definition_digest, resume_definition, save_definition
 from dist_resume.positions.remap import resume_rank
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
+from dist_resume.state.delivered import DELIVERED_KEY, Delivered
 from dist_resume.state.fields import FORMAT_VERSION, RankState, encode, plan_digest, rank_key
 from dist_resume.state.saved import decode
 from dist_resume.streams.cursor import STREAM_KEY
@@ -46,10 +47,14 @@ class LoaderState:
             sampler_state = self._sampler_snapshot if self._sampler_snapshot is not None else self._user_sampler.state_dict()
         state_dict = encode(state, self._plan_values, sampler_state)
         save_definition(self.dataset, state_dict)
+        self._skips_entry(state_dict)
         if self._stream is not None:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
             state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
+        if not self.in_order:
+            delivered = progress.delivered if progress.delivered is not None else Delivered(progress.batches)
+            state_dict[rank_key(self.rank)][DELIVERED_KEY] = delivered.encode()
         sampler_rng = self._sampler_rng.state()
         if sampler_rng is not None:
             state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng
@@ -84,7 +89,9 @@ class LoaderState:
             finished = resume.plan.length == 0
         else:
             finished = bool(saved.ranks[self.rank].epoch_finished)
+        skips = self._saved_skips(state_dict, saved, resume.remapped)
         self._adopt(length, seed, adopt_definition)
+        self._skips = skips
         adopt_dataset_states()
         adopt_sampler_rng()
         self._plan_values = resume.plan.encode() if resume.remapped else saved.plan_values

@@ -48,12 +48,14 @@ def frontier(saved: SavedStates) -> int:
     mode = TailMode.of(bool(first.drop_last), bool(first.even_batches))
     length = first.dataset_length
     result = 0
-    for state in saved.ranks.values():
+    for rank, state in saved.ranks.items():
+        # in_order=False: batches delivered beyond the consumed prefix were consumed too.
+        batches = saved.delivered[rank].frontier if rank in saved.delivered else state.batches_consumed
         values = saved.plan_values if saved.plan_values and saved.plan_values[0] == state.epoch else []
         try:
             plan = Plan.decode(values, length, mode, state.epoch)
         except ValueError as error:
             raise ResumeStateError(f"loader state's elastic plan is invalid: {error}") from None
-        slots = plan.length if state.epoch_finished else min(plan.length, state.batches_consumed * state.global_batch)
+        slots = plan.length if state.epoch_finished else min(plan.length, batches * state.global_batch)
         result = max(result, state.epoch * length + plan.frontier(slots))
     return result

@@ -10,9 +10,8 @@ pending, never O(dataset length).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
-
-import torch
 
 from dist_resume.positions.layout import Layout, TailMode
 
@@ -27,6 +26,9 @@ class Level:
     world_size: int = 0
     batch_size: int = 0
     consumed: tuple[int, ...] = ()
+    # (rank, batch) below consumed[rank] that were not consumed (in_order=False), in
+    # global-step order: the leftover stream starts with their slots.
+    holes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class _BoundLevel:
         self._final_offsets: list[int] = []
         self.first_access = level.base
         if level.world_size == 0:
+            self._check_holes(level)
             self.catch_up = 0
             self.tail_start = 0
             self.length = shifted_length
@@ -69,15 +72,26 @@ class _BoundLevel:
                     f"but its epoch has {available}"
                 )
         self._layout = layout
+        self._check_holes(level)
         self._lag_order = sorted(range(level.world_size), key=lambda rank: (level.consumed[rank], rank))
         counts = [level.consumed[rank] for rank in self._lag_order]
         full_steps = layout.full_steps
         lowest, highest = counts[0], counts[-1]
         self.first_access = level.base + lowest * layout.global_batch
+        offset = 0
+        self._hole_offsets: list[int] = []
+        self._hole_blocks: list[tuple[int, int]] = []
+        for rank, index in level.holes:
+            batch = layout.batch(rank, index)
+            if batch.stop > batch.start:
+                self._hole_offsets.append(offset)
+                self._hole_blocks.append((batch.start, batch.stop))
+                offset += batch.stop - batch.start
+        if self._hole_blocks:
+            self.first_access = min(self.first_access, level.base + self._hole_blocks[0][0])
 
         # Full steps [lowest, min(highest, full_steps)): the ranks lagging at step k are
         # those with consumed <= k, a prefix of the lag order that grows with k.
-        offset = 0
         end = min(highest, full_steps)
         for lagging, count in enumerate(counts, start=1):
             if count >= end:
@@ -113,9 +127,17 @@ class _BoundLevel:
             runs.append((base + self.tail_start + first - self.catch_up, stop - first))
         return runs
 
+    def _check_holes(self, level: Level) -> None:
+        keys = [(index, rank) for rank, index in level.holes]
+        if any(a >= b for a, b in zip(keys, keys[1:])):
+            raise ValueError(f"holes {list(level.holes)} are not in global-step order")
+        for rank, index in level.holes:
+            if not (0 <= rank < level.world_size and 0 <= index < level.consumed[rank]):
+                raise ValueError(f"hole (rank {rank}, batch {index}) is not a batch its rank passed")
+
     def _catch_up_runs(self, start: int, stop: int) -> list[tuple[int, int]]:
-        runs = []
-        slot = start
+        runs: list[tuple[int, int]] = []
+        slot = _block_runs(self._hole_offsets, self._hole_blocks, start, stop, runs)
         batch_size = self.level.batch_size
         global_batch = self._layout.global_batch
         index = bisect.bisect_right(self._segment_offsets, slot) - 1
@@ -132,15 +154,25 @@ class _BoundLevel:
                 runs.append((step * global_batch + rank * batch_size + within, count))
                 slot += count
             index += 1
-        block = bisect.bisect_right(self._final_offsets, slot) - 1
-        while slot < stop and 0 <= block < len(self._final_blocks):
-            block_start, block_stop = self._final_blocks[block]
-            within = slot - self._final_offsets[block]
-            count = min(block_stop - block_start - within, stop - slot)
-            runs.append((block_start + within, count))
-            slot += count
-            block += 1
+        _block_runs(self._final_offsets, self._final_blocks, slot, stop, runs)
         return runs
+
+
+def _block_runs(offsets: list[int], blocks: list[tuple[int, int]], slot: int, stop: int,
+                runs: list[tuple[int, int]]) -> int:
+    """Append the parent runs of slots `[slot, stop)` that fall in `blocks` (laid end to end
+    from `offsets`); returns the first slot past them."""
+    block = bisect.bisect_right(offsets, slot) - 1
+    while slot < stop and 0 <= block < len(blocks):
+        block_start, block_stop = blocks[block]
+        within = slot - offsets[block]
+        if within >= block_stop - block_start:
+            break
+        count = min(block_stop - block_start - within, stop - slot)
+        runs.append((block_start + within, count))
+        slot += count
+        block += 1
+    return slot
 
 
 class Plan:
@@ -190,16 +222,17 @@ class Plan:
                 merged.append((first, count))
         return merged
 
-    def after(self, layout: Layout, consumed: list[int]) -> Plan:
+    def after(self, layout: Layout, consumed: list[int], holes: tuple[tuple[int, int], ...] = ()) -> Plan:
         """The plan for what is left once the ranks of `layout` (laid over this plan's
-        stream) consumed `consumed[r]` batches each (an empty stream if nothing is)."""
+        stream) consumed `consumed[r]` batches each (an empty stream if nothing is), except
+        the (rank, batch) `holes` among them, in global-step order (in_order=False)."""
         if layout.length != self.length:
             raise ValueError(f"layout covers {layout.length} slots, the plan has {self.length}")
-        level = Level(0, layout.world_size, layout.batch_size, tuple(consumed))
+        level = Level(0, layout.world_size, layout.batch_size, tuple(consumed), tuple(holes))
         bound = _BoundLevel(level, self.length, self.mode)
         if bound.length == 0:
             bound = _BoundLevel(Level(self.length), self.length, self.mode)
-        elif len(set(consumed)) == 1 and consumed[0] <= layout.full_steps:
+        elif len(set(consumed)) == 1 and consumed[0] <= layout.full_steps and not bound.level.holes:
             bound = _BoundLevel(Level(consumed[0] * layout.global_batch), self.length, self.mode)
         stack = list(self._bound)
         # A level that reads its parent only past the parent's catch-up sees the
@@ -209,19 +242,23 @@ class Plan:
             parent = stack.pop()
             shift = parent.level.base + parent.tail_start - parent.catch_up
             level = bound.level
-            rebased = Level(level.base + shift, level.world_size, level.batch_size, level.consumed)
+            rebased = dataclasses.replace(level, base=level.base + shift)
             grandparent_length = stack[-1].length if stack else self.dataset_length
             bound = _BoundLevel(rebased, grandparent_length, self.mode)
         levels = tuple(b.level for b in stack) + (bound.level,)
         return Plan(self.dataset_length, self.mode, self.epoch, levels)
 
     def encode(self) -> list[int]:
-        """`[epoch, levels, (base, world_size, batch_size, consumed...) per level]`; [] if empty."""
+        """`[epoch, levels, (base, world_size, batch_size, consumed...) per level]`, then,
+        only if some level has holes, `[holes, (level, rank, batch) per hole]`; [] if empty."""
         if not self.levels:
             return []
         values = [self.epoch, len(self.levels)]
         for level in self.levels:
             values += [level.base, level.world_size, level.batch_size, *level.consumed]
+        holes = [(number, *hole) for number, level in enumerate(self.levels) for hole in level.holes]
+        if holes:
+            values += [len(holes), *(value for hole in holes for value in hole)]
         return values
 
     @classmethod
@@ -243,30 +280,16 @@ class Plan:
                 raise ValueError("elastic plan is truncated")
             levels.append(Level(base, world_size, batch_size, consumed))
             cursor += 3 + world_size
+        if cursor < len(values):
+            holes = values[cursor + 1 : cursor + 1 + 3 * values[cursor]]
+            if values[cursor] < 1 or len(holes) != 3 * values[cursor]:
+                raise ValueError("elastic plan's holes are truncated")
+            cursor += 1 + len(holes)
+            for number, rank, batch in zip(holes[::3], holes[1::3], holes[2::3]):
+                if not 0 <= number < len(levels):
+                    raise ValueError(f"elastic plan has a hole in level {number} of {len(levels)}")
+                levels[number] = dataclasses.replace(levels[number], holes=(*levels[number].holes, (rank, batch)))
         if cursor != len(values):
             raise ValueError(f"elastic plan has {len(values) - cursor} trailing values")
         return cls(dataset_length, mode, plan_epoch, tuple(levels))
 
-
-def rank_positions(plan: Plan, layout: Layout, rank: int, first: int, stop: int) -> tuple[torch.Tensor, list[int]]:
-    """Positions of batches `[first, stop)` of rank `rank` (padding included), concatenated,
-    and the size of each batch."""
-    parts: list[torch.Tensor] = []
-    sizes: list[int] = []
-    shift = plan.shift
-    full_stop = min(stop, layout.full_steps)
-    if shift is not None and first < full_stop:
-        # Full steps of a shifted stream: one vectorized block.
-        starts = torch.arange(first, full_stop) * layout.global_batch + (shift + rank * layout.batch_size)
-        parts.append((starts[:, None] + torch.arange(layout.batch_size)).reshape(-1))
-        sizes += [layout.batch_size] * (full_stop - first)
-        first = full_stop
-    for index in range(first, stop):
-        batch = layout.batch(rank, index)
-        runs = [torch.arange(start, start + count) for start, count in plan.runs(batch.start, batch.stop)]
-        padding = torch.arange(batch.padding_start, batch.padding_start + batch.padding) % max(plan.dataset_length, 1)
-        parts += runs + [padding]
-        sizes.append(len(batch))
-    if not parts:
-        return torch.empty(0, dtype=torch.int64), sizes
-    return torch.cat(parts), sizes

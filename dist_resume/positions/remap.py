@@ -2,7 +2,7 @@
 
 Pure arithmetic over the saved rank entries (no process group, no communication): every
 new rank computes the same plan on its own. Work and memory are O(old ranks + new ranks).
-Guarantees kept (see GUARANTEES.md): G2 — every position of the epoch is consumed once
+Guarantees kept (see docs/guarantees.md): G2 — every position of the epoch is consumed once
 across all resumes, whatever the world sizes; G3 — positions are consumed in the same
 global-step order; with an unchanged global batch and ranks that stopped after the same
 step, global step k holds the same samples.
@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.rank_batches import rank_positions
 from dist_resume.positions.layout import Layout, TailMode
 from dist_resume.state.fields import ResumeStateError, Sampling
 from dist_resume.state.saved import SavedStates, decode
@@ -100,6 +101,9 @@ class _Resumer:
         # A custom sampler resumes by its own count of indices, whatever the batch size.
         own_order = Sampling(any_state.sampling) is Sampling.EPOCH_ORDER
         self.unchanged = world_size == any_state.world_size and (batch_size == any_state.batch_size or not own_order)
+        # Batches delivered beyond a rank's prefix (in_order=False) leave holes that only a
+        # re-planned stream can serve: such a state is re-partitioned at any world size.
+        self.unchanged = self.unchanged and not saved.delivered
         self._saved_plan: Plan | None = None
         self._remapped: RankResume | None = None
 
@@ -126,15 +130,26 @@ class _Resumer:
                 f"batch_sampler; resuming at world size {world_size} needs the loader's own sampling "
                 "(a custom sampler's indices cannot be re-partitioned over ranks)"
             )
-        epoch = saved.one_epoch(f"at world size {world_size}, batch size {batch_size}",
-                                f"world size {any_state.world_size}, batch size {any_state.batch_size}",
+        resuming = f"at world size {world_size}, batch size {batch_size}"
+        if saved.delivered:
+            resuming = f"batches delivered out of order (in_order=False) {resuming}"
+        epoch = saved.one_epoch(resuming, f"world size {any_state.world_size}, batch size {any_state.batch_size}",
                                 "world size or batch size")
         plan = self._plan_of(epoch)
         old_layout = Layout(plan.length, any_state.world_size, any_state.batch_size, self.mode)
         for state in saved.ranks.values():
             _check_progress(state, old_layout)
         consumed = [saved.ranks[r].batches_consumed for r in range(any_state.world_size)]
-        new_plan = plan.after(old_layout, consumed)
+        holes = []
+        for rank, delivered in saved.delivered.items():
+            if delivered.frontier > old_layout.num_batches(rank):
+                raise ResumeStateError(
+                    f"loader state of rank {rank} is impossible: batch {delivered.frontier - 1} delivered "
+                    f"of an epoch that has {old_layout.num_batches(rank)}"
+                )
+            consumed[rank] = delivered.frontier
+            holes += [(batch, rank) for batch in delivered.holes]
+        new_plan = plan.after(old_layout, consumed, tuple((rank, batch) for batch, rank in sorted(holes)))
         return RankResume(epoch, new_plan, Layout(new_plan.length, world_size, batch_size, self.mode), 0, 0, True)
 
     def _plan_of(self, epoch: int) -> Plan:

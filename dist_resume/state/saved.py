@@ -5,11 +5,12 @@ does not fit is one ResumeStateError naming it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from dist_resume.state.delivered import DELIVERED_KEY, Delivered
 from dist_resume.state.fields import (
     MAX_WORLD_SIZE,
     PLAN_KEY,
@@ -31,6 +32,8 @@ class SavedStates:
     ranks: dict[int, RankState]
     plan_values: list[int]
     sampler_states: dict[int, Any]
+    # Ranks that delivered batches beyond their consumed prefix (in_order=False).
+    delivered: dict[int, Delivered] = field(default_factory=dict)
 
     @property
     def any(self) -> RankState:
@@ -121,6 +124,7 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
         raise ResumeStateError(f"loader state must be a mapping, got {type(state_dict).__name__}")
     ranks: dict[int, RankState] = {}
     samplers: dict[int, Any] = {}
+    delivered: dict[int, Delivered] = {}
     for key, entry in state_dict.items():
         if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
             continue
@@ -135,6 +139,10 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
         ranks[state.rank] = state
         if SAMPLER_KEY in entry:
             samplers[state.rank] = entry[SAMPLER_KEY]
+        if DELIVERED_KEY in entry:
+            ahead = Delivered.decode(entry[DELIVERED_KEY], key, state.batches_consumed)
+            if ahead.ahead:
+                delivered[state.rank] = ahead
     if not ranks:
         raise ResumeStateError("loader state has no rank entries (expected keys like 'rank_0')")
     plan = state_dict.get(PLAN_KEY)
@@ -161,7 +169,7 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
                 f"loader state's {PLAN_KEY!r} does not match the digest rank {rank} recorded "
                 "(entries from different saves mixed?)"
             )
-    return SavedStates(ranks, plan_values, samplers)
+    return SavedStates(ranks, plan_values, samplers, delivered)
 
 
 def _check_counts(state: RankState) -> None:

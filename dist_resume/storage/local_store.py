@@ -68,6 +68,12 @@ class LocalStore(CheckpointStore):
             raise self.loc.error("commit", path, exc) from None
         return True
 
+    def ensure_directory(self, path: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise self.loc.error("create", path, exc) from None
+
     def remove_tree(self, path: str) -> None:
         try:
             shutil.rmtree(path)

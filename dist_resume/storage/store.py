@@ -67,6 +67,9 @@ class CheckpointStore(ABC):
     def tree_size(self, path: str) -> int:
         """Bytes stored under ``path``."""
 
+    def ensure_directory(self, path: str) -> None:
+        """Make the directory ``path`` if the backend has directories (object stores do not)."""
+
     def require_container(self, action: str) -> None:
         """Raise StorageError if the location's bucket does not exist (object stores)."""
 

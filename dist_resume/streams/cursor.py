@@ -7,8 +7,10 @@ batches to workers in a cycle (skipping exhausted ones), so a resumed loader rot
 roles (`play_role`) to start the cycle at the role after the last yielded batch (G1).
 
 Two kinds of stream:
-- `ShardedStream`: progress is consumed items per shard; a resume at any world size and
-  `num_workers` re-partitions what is left (G2).
+- `ShardedStream`: each worker returns its part of every batch of the rank, and the parts
+  of a batch are joined here (`steps`); progress is the global step of the rank's next
+  batch, and a resume at any world size and `num_workers` continues the same global
+  batches from the step every rank reached (G2, G3).
 - any other IterableDataset: per role, the dataset's `state_dict()` every `snapshot_every`
   batches (if it has one) plus the items yielded since; a resume loads the snapshot into
   the worker of that role and skips those items (replays the whole stream without one).
@@ -16,7 +18,7 @@ Two kinds of stream:
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -29,9 +31,12 @@ from dist_resume.state.fields import RankState, ResumeStateError, rank_key
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.datapipes import PipeSettings, warn_if_unsplit
 from dist_resume.streams.hf_buffers import check_resumable
+from dist_resume.positions.layout import TailMode
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
-from dist_resume.streams.records import ShardRecords, SnapshotRecords
+from dist_resume.streams.records import SnapshotRecords
 from dist_resume.streams.sharded import ShardedStream
+from dist_resume.streams.step_records import StepRecords
+from dist_resume.streams.steps import BatchCollate, StepSettings, joined
 from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
@@ -41,12 +46,14 @@ STREAM_KEY = "stream"
 class StreamCursor:
     """The main-process side of an IterableDataset: records, state, and the inner loader."""
 
-    def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int, persistent_workers: bool) -> None:
+    def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int, persistent_workers: bool,
+                 world_size: int, batch_size: int) -> None:
         snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
         if isinstance(dataset, ShardedStream):
-            self._records: SnapshotRecords | ShardRecords = ShardRecords(dataset)
+            self._records: SnapshotRecords | StepRecords = StepRecords(dataset, world_size * self.roles, world_size,
+                                                                        batch_size)
         else:
             check_resumable(dataset)
             self._records = SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0,
@@ -67,9 +74,14 @@ class StreamCursor:
         """A fresh inner DataLoader that continues every role's stream of `epoch`."""
         collate = owner.collate_fn
         warn_if_unsplit(owner.dataset, self.roles * world_size)
+        if isinstance(self._records, StepRecords):
+            self._collate = BatchCollate(collate, owner.batch_size is not None)
+            resume = self._records.resume(self._settings(owner, epoch, rank), self._collate)
+        else:
+            resume = self._records.resume(epoch, rank, world_size)
         worker_stream = WorkerStream(
             owner.dataset,
-            self._records.resume(epoch, rank, world_size),
+            resume,
             collate,
             owner.batch_size,
             owner.drop_last,
@@ -91,8 +103,23 @@ class StreamCursor:
             pin_memory_device=owner.pin_memory_device,
         )
 
+    def _settings(self, owner: DataLoader, epoch: int, rank: int) -> StepSettings:
+        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)))
+
+    def batches(self, owner: DataLoader, progress: Any, fresh: bool) -> int:
+        """Batches this rank yields in `progress`'s epoch in total (`fresh`: an epoch the
+        next `iter()` starts, else the current one, of which `progress.batches` were
+        yielded): known for a ShardedStream, else -1."""
+        if not isinstance(self._records, StepRecords):
+            return -1
+        settings = self._settings(owner, progress.epoch, owner.rank)
+        return progress.batches + self._records.num_batches(settings._replace(origin=0) if fresh else settings)
+
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
         """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""
+        if isinstance(self._records, StepRecords):
+            yield from self._joined(inner, sizes, self._records)
+            return
         for tagged in inner:
             if tagged.items == PASS_END:
                 self._records.ended(tagged)
@@ -102,14 +129,24 @@ class StreamCursor:
             sizes.append(tagged.items)
             yield tagged.batch
 
+    def _joined(self, inner: Iterator[Tagged], sizes, records: StepRecords) -> Iterator[Any]:
+        # Every worker returns one part per batch, in turn: a batch is `roles` parts.
+        while True:
+            parts = list(itertools.islice(inner, self.roles))
+            if not parts:
+                return
+            batch, size, step = joined(parts, self._collate)
+            records.record(step)
+            sizes.append(size)
+            yield batch
+
     def state(self) -> dict[str, Any]:
         meta = [self._records.kind, self.num_workers, self._last_role, self._records.digest()]
         return {META: torch.tensor(meta, dtype=torch.int64), **self._records.state()}
 
     def accept(self, state_dict: Mapping[str, Any], saved: SavedStates, rank: int,
                world_size: int) -> tuple[RankState, Callable[[], None]]:
-        """Check a loaded state; return the saved progress this rank continues (its own when
-        the layout is unchanged; else a fresh count in the ranks' common epoch) and what
+        """Check a loaded state; return the saved progress this rank continues and what
         continues the stream from it. Nothing changes before that is called."""
         entries = {saved_rank: _stream_entry(state_dict, saved_rank) for saved_rank in saved.ranks}
         metas = {saved_rank: read_meta(entry, _where(saved_rank)) for saved_rank, entry in entries.items()}
@@ -120,27 +157,22 @@ class StreamCursor:
         if kind != self._records.kind:
             raise ResumeStateError(f"loader state was saved for {KIND_WORDS[kind]}; this loader reads {KIND_WORDS[self._records.kind]}")
         if digest != self._records.digest():
-            raise ResumeStateError("loader state was saved for a ShardedStream with other shards, shuffle, window or seed")
+            raise ResumeStateError(f"{_where(next(iter(metas)))} field {META!r} was saved for a ShardedStream with "
+                                   "other shards, shuffle, window or seed")
+        if isinstance(self._records, StepRecords):
+            own, adopt_records = self._records.accept(entries, _where, saved, rank)
+            return own, self._adopt(adopt_records, -1)
         saved_world_size = saved.any.world_size
         if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
             if rank not in saved.ranks:
                 saved.require_complete(f"resuming rank {rank}")
             return saved.ranks[rank], self._adopt(self._records.accept({_where(rank): entries[rank]}),
                                                    metas[rank].last_role)
-        describe = (f"at world size {saved_world_size} with num_workers={num_workers}; this loader has "
-                    f"world size {world_size} with num_workers={self.num_workers}")
-        if not self._records.elastic:
-            raise ResumeStateError(
-                f"loader state was saved {describe}: an IterableDataset other than ShardedStream resumes only "
-                "with the saved world size and num_workers"
-            )
-        saved.one_epoch(f"at world size {world_size} with num_workers={self.num_workers}",
-                        f"world size {saved_world_size} with num_workers={num_workers}", "world size or num_workers")
-        adopt_records = self._records.accept({_where(saved_rank): entry for saved_rank, entry in entries.items()})
-        finished = all(state.epoch_finished for state in saved.ranks.values())
-        return (dataclasses.replace(saved.any, rank=rank, world_size=world_size, batches_consumed=0,
-                                    samples_consumed=0, epoch_finished=int(finished)),
-                self._adopt(adopt_records, -1))
+        raise ResumeStateError(
+            f"loader state was saved at world size {saved_world_size} with num_workers={num_workers}; this loader "
+            f"has world size {world_size} with num_workers={self.num_workers}: an IterableDataset other than "
+            "ShardedStream resumes only with the saved world size and num_workers"
+        )
 
     def _adopt(self, adopt_records: Callable[[], None], last_role: int) -> Callable[[], None]:
         def adopt() -> None:

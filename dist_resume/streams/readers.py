@@ -11,7 +11,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from dist_resume.randomness.seeds import SampleSeeder, derive_seed
 from dist_resume.streams.datapipes import PipeSettings, configure
-from dist_resume.streams.sharded import SHARD_END, ShardedStream
+from dist_resume.streams.steps import StepReader
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful, play_role, state_now
 
 
@@ -68,29 +68,6 @@ class SnapshotReader:
         return None
 
 
-class ShardReader:
-    """A slot's items of a `ShardedStream`, counting what each batch took from each shard."""
-
-    def __init__(self, stream: ShardedStream, epoch: int, slot: int, slots: int, consumed, finished) -> None:
-        self._taken: dict[int, int] = {}
-        self._finished: list[int] = []
-        self.items = self._items(stream.slot_items(epoch, slot, slots, consumed, finished))
-
-    def _items(self, tagged: Iterator[tuple[int, Any]]) -> Iterator[Any]:
-        for shard, item in tagged:
-            if item is SHARD_END:
-                self._finished.append(shard)
-            else:
-                self._taken[shard] = self._taken.get(shard, 0) + 1
-                yield item
-
-    def payload(self) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """((shard, items taken), ...) and the shards finished, since the last batch."""
-        taken, finished = tuple(self._taken.items()), tuple(self._finished)
-        self._taken, self._finished = {}, []
-        return taken, finished
-
-
 class WorkerStream(IterableDataset):
     """The inner DataLoader's dataset: a role's batches, collated and tagged, in a worker."""
 
@@ -117,7 +94,10 @@ class WorkerStream(IterableDataset):
         configure(self.dataset, self._pipe, role, roles)
         return self._batches(self._resume(self.dataset, role, roles), role)
 
-    def _batches(self, reader: SnapshotReader | ShardReader, role: int) -> Iterator[Tagged]:
+    def _batches(self, reader: SnapshotReader | StepReader, role: int) -> Iterator[Tagged]:
+        if isinstance(reader, StepReader):
+            yield from reader.parts()
+            return
         size = self._batch_size or 1
         while True:
             items = list(itertools.islice(reader.items, size))
@@ -155,17 +135,6 @@ class SnapshotResume:
         if self._started is not None:
             self._started(reader)
         return reader
-
-
-class ShardResume:
-    def __init__(self, epoch: int, rank: int, world_size: int, consumed: list[int], finished: list[int]) -> None:
-        self._where = (epoch, rank, world_size)
-        self._consumed = consumed
-        self._finished = finished
-
-    def __call__(self, stream: ShardedStream, role: int, roles: int) -> ShardReader:
-        epoch, rank, world_size = self._where
-        return ShardReader(stream, epoch, rank * roles + role, world_size * roles, self._consumed, self._finished)
 
 
 def unwrap(batch: Any) -> Any:

@@ -1,6 +1,6 @@
-"""What the main process records of a stream's yielded batches, per kind of stream: a
-`ShardedStream`'s items consumed per shard, or any other IterableDataset's snapshots per
-worker role and the items yielded since. Both turn into a rank's saved stream entry and back."""
+"""What the main process records of an IterableDataset's yielded batches (other than a
+`ShardedStream`'s, in `step_records`): its snapshots per worker role and the items yielded
+since; they turn into a rank's saved stream entry and back."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from dist_resume.streams.readers import ShardResume, Snapshot, SnapshotReader, SnapshotResume, dataset_snapshot
-from dist_resume.streams.sharded import ShardedStream
-from dist_resume.streams.stream_state import SHARD_KIND, SNAPSHOT_KIND, role_items, shard_counts
+from dist_resume.streams.readers import Snapshot, SnapshotReader, SnapshotResume, dataset_snapshot
+from dist_resume.streams.stream_state import SNAPSHOT_KIND, role_items
 from dist_resume.workers.roles import Tagged, is_stateful
 
 
@@ -22,7 +21,6 @@ class SnapshotRecords:
     the items the role yielded since."""
 
     kind = SNAPSHOT_KIND
-    elastic = False  # a role's stream cannot move to another world size or worker count
     length = 0  # what the loader's state calls the dataset length
 
     def __init__(self, dataset: IterableDataset, roles: int, every: int, in_process: bool, carry: bool) -> None:
@@ -126,59 +124,5 @@ class SnapshotRecords:
                     f"worker resumes by replaying its stream and discarding the {sum(items)} items already consumed",
                     stacklevel=4,
                 )
-
-        return adopt
-
-
-class ShardRecords:
-    """Items consumed per shard, and the shards known finished, in the current epoch."""
-
-    kind = SHARD_KIND
-    elastic = True
-    carry = False  # no state but the counts, which every pass starts from zero
-
-    def __init__(self, stream: ShardedStream) -> None:
-        self._stream = stream
-        self._consumed = [0] * len(stream.shards)
-        self._finished = [0] * len(stream.shards)
-
-    @property
-    def length(self) -> int:
-        """What the loader's state calls the dataset length: the number of shards."""
-        return len(self._stream.shards)
-
-    def start_epoch(self) -> None:
-        self._consumed = [0] * len(self._stream.shards)
-        self._finished = [0] * len(self._stream.shards)
-
-    def resume(self, epoch: int, rank: int, world_size: int) -> ShardResume:
-        return ShardResume(epoch, rank, world_size, list(self._consumed), list(self._finished))
-
-    def record(self, tagged: Tagged) -> None:
-        taken, finished = tagged.payload
-        for shard, count in taken:
-            self._consumed[shard] += count
-        for shard in finished:
-            self._finished[shard] = 1
-
-    def digest(self) -> int:
-        return self._stream.digest
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "consumed": torch.tensor(self._consumed, dtype=torch.int64),
-            "finished": torch.tensor(self._finished, dtype=torch.int64),
-        }
-
-    def accept(self, entries: dict[str, Mapping[str, Any]]) -> Callable[[], None]:
-        """Check every saved rank's entry; return what continues from them."""
-        # Each shard is read by one slot at a time, and every rank starts from the same
-        # merged counts: the most any rank saw is the shard's count.
-        counts = [shard_counts(entry, where, len(self._stream.shards)) for where, entry in entries.items()]
-        consumed = [max(column) for column in zip(*(consumed for consumed, _ in counts))]
-        finished = [max(column) for column in zip(*(finished for _, finished in counts))]
-
-        def adopt() -> None:
-            self._consumed, self._finished = consumed, finished
 
         return adopt

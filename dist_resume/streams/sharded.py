@@ -1,16 +1,9 @@
-"""`ShardedStream`: an IterableDataset over shard files whose progress is one count per shard.
-
-Each (rank, worker) "slot" of a job of `S` slots reads the shards at positions `p` of the
-epoch's shard order with `p % S == slot`, one after another. Within a shard, items are
-shuffled in fixed blocks of `window` items, each block by its own seed
-`(seed, epoch, shard, block)`, so the items of a shard already yielded are always the first
-`count` of its shuffled order: one integer describes a shard's progress, whatever slot read
-it. A resume at another world size or `num_workers` re-partitions the unfinished shards
-over the new slots by the same rule and continues each one after its count (G2).
-"""
+"""`ShardedStream`: an IterableDataset over shard files, read by canonical streams so that
+its global batches are the same at every world size and `num_workers` (G3)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -21,30 +14,68 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.randomness.seeds import derive_seed
-from dist_resume.state.fields import ResumeStateError
 from dist_resume.storage import guarded
-from dist_resume.streams.prefetch import ShardFiles
+from dist_resume.streams.canonical import stream_lengths
+from dist_resume.streams.shard_files import ShardItems, count_items
+from dist_resume.streams.stream_reader import CanonicalReader
 
-# Yielded by `slot_items` after a shard's last item: the shard is finished.
-SHARD_END = object()
+COUNTING_THREADS = 16
+MAX_CANONICAL_STREAMS = 2**20
 
 
 class ShardedStream(IterableDataset):
     """Items of `shards` (local paths or fsspec URLs), read by `reader(binary file) ->
-    Iterable[item]`, split over ranks and workers, in a deterministic order from `(seed, epoch)`.
+    Iterable[item]`, in a deterministic order from `(seed, epoch)`.
 
-    - `shuffle`: shuffle the shard order per epoch and the items of each shard in blocks of
-      `window` items (memory: one block per worker).
-    - `storage_options`: passed to `fsspec.open` (credentials, endpoint; G9). Each reader
-      opens its next shard while it reads the current one (`ShardFiles`); a shard that
-      cannot be opened is a `StorageError` naming its URL and the cause.
-    - `reader`: one of `JsonlReader`, `ParquetReader`, `WebDatasetReader`, or your own.
+    Through `ResumableDataLoader` (GUARANTEES G1-G3, G5, G6 for streams):
 
-    Through `ResumableDataLoader` its progress is saved as consumed items per shard, and a
-    resume at any world size and `num_workers` yields every remaining item exactly once (G2).
-    Slots read different amounts, so ranks may get different numbers of batches at the end
-    of an epoch: DDP jobs should train a fixed number of steps, or use `join()`. Iterated by a
-    plain DataLoader, it reads the epoch set by `set_epoch` (default 0) from the start.
+    - The epoch is read by `canonical_streams` canonical streams (`C`): the epoch's shards
+      (in an order shuffled per epoch with `shuffle`), each one's items shuffled in fixed
+      blocks of `window` items, are cut into `C` consecutive runs of equal length (a shard
+      may be cut in two); stream `c` reads run `c`. The epoch order takes one item of each
+      stream in turn, and global step `k` holds its positions `[k*G, (k+1)*G)`, laid out
+      stream after stream; rank `r` takes `[r*b, (r+1)*b)` of that layout. The
+      global batches therefore depend only on the shards, their item counts, the reader,
+      `seed`, `shuffle`, `window`, `canonical_streams` and the global batch `G`: they are
+      the same at every world size and `num_workers`, through any number of resumes (G3).
+      `None`: the slot count (world size x workers) of the run that starts the stream,
+      saved in the state and adopted by a resume.
+    - Every item once per epoch across any resumes, also at another `G` (G2): a resume at
+      another world size or `G` continues from the epoch position every saved rank reached.
+    - Every rank gets the same number of batches per epoch (`len(loader)`): `drop_last` and
+      `even_batches` mean what they mean for map-style data (G2); the final step's padding
+      repeats items from the start of the same canonical streams.
+    - Extra reading: a rank reads only the canonical streams its batches take items from,
+      each by one of its workers, reading on past other ranks' items and skipping whole
+      shards by their counts. With `world_size` dividing `C` and `C` dividing `G`, each
+      stream is read by one rank, so each shard once per epoch (bytes read / shard bytes
+      1.00), but for: the prefix of a shard cut between two streams, read by both (at most
+      `C - 1` shards; none when the streams' runs end on shard boundaries), up to `window
+      - 1` items read past a stream's end in such a shard, and, when the final step is
+      padded, each stream's first window read again. With `C` dividing `G` but
+      `world_size` not dividing `C`, each of the `world_size - 1` rank boundaries falls
+      inside one stream's chunk, read by two ranks: at most `1 + (world_size - 1) / C`
+      times the above. When `C` does not divide `G` the boundaries move from step to step
+      and more streams are shared: keep `G` a multiple of `C` (benchmarks B8).
+    - State: per rank a few integers (the canonical stream count, `G`, the epoch position
+      of its next batch, digests of the shards' counts and of the reader), whatever the
+      number of shards (G5). A state for other shards, `canonical_streams`, reader or
+      counts is refused naming the field (G6).
+
+    `lengths`: every shard's item count. Default: counted once, when a loader first needs
+    it, by `reader.count(file)` if the reader has that attribute (a Parquet footer, say),
+    else by iterating `reader(file)`, on `COUNTING_THREADS` threads of every rank: at many
+    shards on remote storage, pass `lengths` (saved with the data) to skip that pass. A
+    shard holding another number of items than its count fails with a `ShardCountError`
+    naming it; one that cannot be read, with a `StorageError` naming it and the cause.
+
+    A worker keeps one shard open per canonical stream it reads: a `C` far above the slot
+    count means many open files (and connections) per worker.
+
+    `storage_options` go to fsspec (credentials, endpoint; G9). Iterated by a plain
+    DataLoader, slot `s` of `S` (rank x worker) reads the canonical streams `c % S == s` of
+    the epoch set by `set_epoch` (default 0), from the start; without `lengths`, call
+    `lengths()` before, or every worker counts every shard.
     """
 
     def __init__(
@@ -56,19 +87,27 @@ class ShardedStream(IterableDataset):
         window: int = 1024,
         seed: int = 0,
         storage_options: dict[str, Any] | None = None,
+        canonical_streams: int | None = None,
+        lengths: Sequence[int] | None = None,
     ) -> None:
         if isinstance(shards, str) or not all(isinstance(shard, str) for shard in shards):
             raise TypeError("shards must be a sequence of path or URL strings")
         if not callable(reader):
             raise TypeError(f"reader must be callable, got {type(reader).__name__}")
-        window = checked_int("window", window, 1)
-        seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self.shards = list(shards)
         self.reader = reader
         self.shuffle = shuffle
-        self.window = window
-        self.seed = seed
+        self.window = checked_int("window", window, 1)
+        self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self.storage_options = guarded(storage_options)  # its repr shows no secret
+        self.canonical_streams = None if canonical_streams is None else checked_int(
+            "canonical_streams", canonical_streams, 1, MAX_CANONICAL_STREAMS + 1)
+        self._lengths: list[int] | None = None
+        self._lengths_digest: int | None = None
+        if lengths is not None:
+            if isinstance(lengths, (str, bytes)) or len(lengths) != len(self.shards):
+                raise ValueError(f"lengths must hold one item count per shard ({len(self.shards)})")
+            self._lengths = [checked_int(f"lengths[{i}]", count, 0, INT64_LIMIT) for i, count in enumerate(lengths)]
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -81,6 +120,29 @@ class ShardedStream(IterableDataset):
         names = zlib.crc32("\n".join(self.shards).encode())
         return derive_seed(len(self.shards), names, int(self.shuffle), self.window, self.seed)
 
+    @property
+    def reader_digest(self) -> int:
+        """Identifies the reader: its `digest` attribute if it has one, else its qualified name."""
+        own = getattr(self.reader, "digest", None)
+        if isinstance(own, int) and not isinstance(own, bool):
+            return own % INT64_LIMIT
+        kind = self.reader if hasattr(self.reader, "__qualname__") else type(self.reader)
+        return zlib.crc32(f"{kind.__module__}.{kind.__qualname__}".encode())
+
+    def lengths(self) -> list[int]:
+        """Every shard's item count (given, or counted once and kept)."""
+        if self._lengths is None:
+            with concurrent.futures.ThreadPoolExecutor(min(COUNTING_THREADS, max(len(self.shards), 1))) as pool:
+                self._lengths = list(pool.map(lambda url: count_items(url, self.reader, self.storage_options),
+                                              self.shards))
+        return self._lengths
+
+    def lengths_digest(self) -> int:
+        """Identifies every shard's item count: a saved state must match it."""
+        if self._lengths_digest is None:  # kept: every state_dict() reports it
+            self._lengths_digest = derive_seed(len(self.shards), *self.lengths())
+        return self._lengths_digest
+
     def shard_order(self, epoch: int) -> list[int]:
         """Shard indices in the order epoch `epoch` reads them."""
         if not self.shuffle:
@@ -88,62 +150,45 @@ class ShardedStream(IterableDataset):
         generator = torch.Generator().manual_seed(derive_seed(self.seed, epoch))
         return torch.randperm(len(self.shards), generator=generator).tolist()
 
+    def stream_lengths(self, canonical_streams: int) -> list[int]:
+        """Items of each of `canonical_streams` canonical streams (the same every epoch)."""
+        return stream_lengths(sum(self.lengths()), canonical_streams)
+
+    def canonical_reader(self, epoch: int, stream: int, canonical_streams: int) -> CanonicalReader:
+        """Canonical stream `stream`'s items of epoch `epoch`, by index."""
+        lengths = self.lengths()
+        seed = derive_seed(self.seed, epoch) if self.shuffle else None
+        items = ShardItems(self.reader, self.storage_options, self.window, seed)
+        spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
+        return CanonicalReader([(self.shards[shard], shard, lengths[shard], first, end) for shard, first, end in spans],
+                               items)
+
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         ranks, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
-        zero = [0] * len(self.shards)
-        for _, item in self.slot_items(self.epoch, rank * workers + worker, ranks * workers, zero, zero):
-            if item is not SHARD_END:
-                yield item
-
-    def slot_items(
-        self, epoch: int, slot: int, slots: int, consumed: Sequence[int], finished: Sequence[int]
-    ) -> Iterator[tuple[int, Any]]:
-        """(shard, item) for the items slot `slot` of `slots` still has to read in `epoch`,
-        given the items `consumed` of each shard and the `finished` shards; (shard,
-        SHARD_END) after each shard's last item."""
-        mine = [shard for position, shard in enumerate(self.shard_order(epoch))
-                if position % slots == slot and not finished[shard]]
-        with ShardFiles([self.shards[shard] for shard in mine], self.storage_options) as files:
-            for shard in mine:
-                for item in self._shard_items(epoch, shard, consumed[shard], files):
-                    yield shard, item
-                yield shard, SHARD_END
-
-    def _shard_items(self, epoch: int, shard: int, skip: int, files: ShardFiles) -> Iterator[Any]:
-        consumed, read = skip, 0
-        with files.open(self.shards[shard]) as file:
-            items = iter(self.reader(file))
-            block_index = 0
-            while True:
-                block = _take(items, self.window)
-                read += len(block)
-                if not block:
-                    if skip:  # the state claims items this shard does not have
-                        raise ResumeStateError(
-                            f"loader state field 'consumed' says {consumed} items of shard {shard} "
-                            f"({self.shards[shard]}) were read; it holds {read}"
-                        )
-                    return
-                if skip >= len(block):  # consumed already: read past, do not shuffle
-                    skip -= len(block)
-                else:
-                    yield from self._shuffled(block, epoch, shard, block_index)[skip:]
-                    skip = 0
-                block_index += 1
-
-    def _shuffled(self, block: list[Any], epoch: int, shard: int, block_index: int) -> list[Any]:
-        if not self.shuffle:
-            return block
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, epoch, shard, block_index))
-        return [block[i] for i in torch.randperm(len(block), generator=generator).tolist()]
+        slots, slot = ranks * workers, rank * workers + worker
+        canonical_streams = self.canonical_streams or slots
+        for stream in range(slot, canonical_streams, slots):
+            yield from self.canonical_reader(self.epoch, stream, canonical_streams).all()
 
 
-def _take(items: Iterator[Any], count: int) -> list[Any]:
-    block = []
-    for item in items:
-        block.append(item)
-        if len(block) == count:
+def stream_spans(order: Sequence[int], lengths: Sequence[int], canonical_streams: int,
+                 stream: int) -> list[tuple[int, int, int]]:
+    """(shard, first item, end item) of the shards' items that canonical stream `stream`
+    reads: its run of the epoch's shards, in `order`, one after another. A shard may be cut
+    between two streams; an empty shard goes to the stream its place falls in."""
+    runs = stream_lengths(sum(lengths), canonical_streams)
+    begin = sum(runs[:stream])
+    end = begin + runs[stream]
+    last = stream == canonical_streams - 1
+    spans, offset = [], 0
+    for shard in order:
+        length = lengths[shard]
+        first, stop = max(begin, offset), min(end, offset + length)
+        if first < stop or (length == 0 and (begin <= offset < end or last and offset == end)):
+            spans.append((shard, first - offset, stop - offset if length else 0))
+        offset += length
+        if offset > end:
             break
-    return block
+    return spans

@@ -1,8 +1,11 @@
 """Checking a saved stream state before a loader continues from it (G6).
 
 A stream entry of rank `r` is ``{"meta": int64[kind, num_workers, last role, digest], ...}``
-and, for a `ShardedStream`, ``"consumed"`` and ``"finished"``: int64[shards]; for any
-other IterableDataset, ``"items"``: int64[roles] and optional ``"snapshot_<role>"``.
+and, for a `ShardedStream`, ``"canonical"``: int64[canonical streams, global batch, epoch
+position, lengths digest, reader digest] (the same few integers at any number of shards, G5);
+for any other IterableDataset, ``"items"``: int64[roles] and optional ``"snapshot_<role>"``.
+A `ShardedStream` state of the earlier per-shard format (``"consumed"`` and ``"finished"``
+per shard) is refused with the reason.
 Every field that does not fit gives one ResumeStateError naming it; nothing is skipped
 or repeated silently.
 """
@@ -17,8 +20,11 @@ import torch
 from dist_resume.state.fields import MAX_WORLD_SIZE, ResumeStateError
 
 META = "meta"
-SNAPSHOT_KIND, SHARD_KIND = 0, 1
-KIND_WORDS = {SNAPSHOT_KIND: "an IterableDataset", SHARD_KIND: "a ShardedStream"}
+CANONICAL = "canonical"
+# 1 was the per-shard ShardedStream state of earlier versions, which nothing resumes now.
+SNAPSHOT_KIND, PER_SHARD_KIND, CANONICAL_KIND = 0, 1, 2
+KIND_WORDS = {SNAPSHOT_KIND: "an IterableDataset", PER_SHARD_KIND: "a ShardedStream of the per-shard format",
+              CANONICAL_KIND: "a ShardedStream"}
 
 
 class StreamMeta(NamedTuple):
@@ -48,20 +54,37 @@ def read_meta(entry: Mapping[str, Any], where: str) -> StreamMeta:
         raise ResumeStateError(f"{where} field {META!r} has num_workers {num_workers}")
     if not -1 <= last_role < max(num_workers, 1):
         raise ResumeStateError(f"{where} field {META!r} has last role {last_role} of {max(num_workers, 1)}")
+    if kind == PER_SHARD_KIND:
+        raise ResumeStateError(
+            f"{where} field {META!r} holds a ShardedStream state of the per-shard format (fields 'consumed' and "
+            "'finished', from dist_resume before canonical streams), which this version cannot continue exactly: "
+            "finish that epoch with the version that saved it, or start the epoch afresh"
+        )
     return StreamMeta(kind, num_workers, last_role, digest)
 
 
-def shard_counts(entry: Mapping[str, Any], where: str, shards: int) -> tuple[list[int], list[int]]:
-    """``consumed`` (>= 0 items) and ``finished`` (0 or 1) of each of ``shards`` shards."""
-    consumed = int_list(entry, "consumed", where, shards)
-    finished = int_list(entry, "finished", where, shards)
-    for shard, count in enumerate(consumed):
-        if count < 0:
-            raise ResumeStateError(f"{where} field 'consumed' is {count} for shard {shard}")
-    for shard, flag in enumerate(finished):
-        if flag not in (0, 1):
-            raise ResumeStateError(f"{where} field 'finished' is {flag} for shard {shard} (0 or 1)")
-    return consumed, finished
+class CanonicalPosition(NamedTuple):
+    """Where a rank stands in a `ShardedStream`'s epoch, and what fixes its global batches."""
+
+    canonical_streams: int
+    global_batch: int
+    position: int  # the epoch position this rank's next batch starts at (steps passed x global batch)
+    lengths_digest: int
+    reader_digest: int
+
+
+CANONICAL_VALUES = len(CanonicalPosition.__annotations__)
+
+
+def read_position(entry: Mapping[str, Any], where: str) -> CanonicalPosition:
+    position = CanonicalPosition(*int_list(entry, CANONICAL, where, CANONICAL_VALUES))
+    if not 1 <= position.canonical_streams <= MAX_WORLD_SIZE:
+        raise ResumeStateError(f"{where} field {CANONICAL!r} has canonical_streams {position.canonical_streams}")
+    if position.global_batch < 1:
+        raise ResumeStateError(f"{where} field {CANONICAL!r} has global batch {position.global_batch}")
+    if position.position < 0:
+        raise ResumeStateError(f"{where} field {CANONICAL!r} has epoch position {position.position}")
+    return position
 
 
 def role_items(entry: Mapping[str, Any], where: str, roles: int) -> list[int]:

@@ -1,0 +1,106 @@
+"""B5L: finding the latest step and listing a long run on S3, with and without the run's
+index of committed steps (``.commits/``), side by side in one run.
+
+A run of ``steps`` committed steps on a moto server (127.0.0.1): one real save, its files
+copied server-side under every step with a marker and an index entry of that step. Then,
+repeated in turn: ``load_checkpoint`` of the latest step and ``list_checkpoints``, first with
+the index, then with the index deleted (how every run was stored before it existed), then
+with the index restored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import socket
+import time
+from typing import Any
+
+import torch
+
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.save import save_checkpoint
+
+from .report import FigureResult
+from .timing import Stats
+
+_CREDENTIALS = {"key": "bench", "secret": "bench-secret"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _build_run(fs: Any, options: dict[str, Any], url: str, run: str, steps: int) -> None:
+    save_checkpoint({"weights": torch.zeros(4)}, url, 0, storage_options=options)
+    step0 = posixpath.join(run, "step_00000000")
+    marker = json.loads(fs.cat_file(posixpath.join(step0, ".committed")))
+    files = [path for path in fs.find(step0) if not path.endswith(".committed")]
+    size = sum(fs.info(path)["size"] for path in fs.find(step0))
+    for step in range(1, steps):
+        name = f"step_{step:08d}"
+        for path in files:
+            fs.copy(path, path.replace("step_00000000", name, 1))
+        stepped = json.dumps({**marker, "step": step}).encode()
+        fs.pipe_file(posixpath.join(run, name, ".committed"), stepped)
+        fs.pipe_file(posixpath.join(run, ".commits", name), json.dumps({**marker, "step": step, "size_bytes": size}).encode())
+        if step % 200 == 0:
+            print(f"  B5L: {step} of {steps} steps stored", flush=True)
+
+
+def measure(steps: int, reps: int) -> dict[tuple[str, str], list[float]]:
+    import boto3
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        options = {**_CREDENTIALS, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=_CREDENTIALS["key"],
+                     aws_secret_access_key=_CREDENTIALS["secret"]).create_bucket(Bucket="bench")
+        fs = s3fs.S3FileSystem(**options)
+        url, run = "s3://bench/run", "bench/run"
+        _build_run(fs, options, url, run, steps)
+        index = {path: fs.cat_file(path) for path in fs.find(posixpath.join(run, ".commits"))}
+        timings: dict[tuple[str, str], list[float]] = {}
+        for _ in range(reps):
+            for case in ("with the index", "without the index"):
+                if case == "without the index":
+                    fs.rm(list(index))
+                for series, call in (
+                    ("load_checkpoint (latest)", lambda: load_checkpoint({"weights": torch.zeros(4)}, url,
+                                                                         storage_options=options)),
+                    ("list_checkpoints", lambda: list_checkpoints(url, storage_options=options)),
+                ):
+                    began = time.perf_counter()
+                    call()
+                    timings.setdefault((case, series), []).append(time.perf_counter() - began)
+                if case == "without the index":
+                    for path, data in index.items():
+                        fs.pipe_file(path, data)
+        return timings
+    finally:
+        server.stop()
+
+
+def run(quick: bool) -> list[FigureResult]:
+    steps, reps = (300, 2) if quick else (1100, 3)
+    found = measure(steps, reps)
+    result = FigureResult("B5L", f"latest step and listing of a run of {steps} steps on S3 (moto), lower is better", "s")
+    for (case, series), values in found.items():
+        result.add(case, series, Stats.of(values))
+    for series in ("load_checkpoint (latest)", "list_checkpoints"):
+        ratio = result.value("with the index", series).median / result.value("without the index", series).median
+        result.check(f"{series}: with / without the index", ratio, "<= 0.5", ratio <= 0.5)
+    result.notes.append(
+        "With the index: two listings (the run, .commits/) and one marker read to find the latest step; "
+        "list_checkpoints reads each step's index entry (16 at a time) and lists no step's files. Without it: "
+        "one marker request per step, and list_checkpoints lists every step's files.")
+    return [result]

@@ -1,0 +1,90 @@
+"""Reading one shard file of a `ShardedStream`: its item count, and its items in their
+shuffled order from any index, checked against that count.
+
+A shard that cannot be opened or read fails with a `StorageError` that names the shard's
+URL and the cause, secrets masked (G9), after the storage layer's retries of transient
+errors; a shard that holds another number of items than its count is a `ShardCountError`
+naming it: never a silent skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from dist_resume.errors import StorageError
+from dist_resume.randomness.seeds import derive_seed
+from dist_resume.storage import redact_url, resolve, retry
+
+
+class ShardCountError(ValueError):
+    """A shard holds another number of items than its count (`lengths=` or counted)."""
+
+
+@contextlib.contextmanager
+def opened(url: str, storage_options: dict[str, Any]) -> Iterator[Any]:
+    """The shard at `url` open for binary reading; any storage failure, while opening or
+    while the body reads it, is one StorageError naming the shard and the cause."""
+    location = resolve(url, storage_options)
+    try:
+        with retry(location.fs.open, location.root, "rb") as file:
+            yield file
+    except (StorageError, ShardCountError):
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) or hasattr(exc, "response"):  # botocore's ClientError has a response
+            raise location.error("read shard", location.root, exc) from None
+        exc.add_note(f"while reading shard {location.url}")
+        raise
+
+
+def count_items(url: str, reader: Callable[[Any], Iterable[Any]], storage_options: dict[str, Any]) -> int:
+    """Items of the shard at `url`: `reader.count(file)` when the reader offers it, else
+    the items its `reader(file)` yields."""
+    with opened(url, storage_options) as file:
+        count = getattr(reader, "count", None)
+        if callable(count):
+            return int(count(file))
+        return sum(1 for _ in reader(file))
+
+
+class ShardItems:
+    """The items of one shard as an epoch reads them: in blocks of `window` items, each
+    shuffled by its own seed `(seed, epoch, shard, block)` (or in file order)."""
+
+    def __init__(self, reader: Callable[[Any], Iterable[Any]], storage_options: dict[str, Any],
+                 window: int, shuffle_seed: int | None) -> None:
+        self.reader = reader
+        self.storage_options = storage_options
+        self.window = window
+        self.shuffle_seed = shuffle_seed  # derive_seed(seed, epoch); None: no shuffling
+
+    def items(self, url: str, shard: int, count: int, skip: int, stop: int) -> Iterator[Any]:
+        """Items `[skip, stop)` of the shard's shuffled order; its `count` is checked as far
+        as the shard is read (to its end when `stop == count`)."""
+        with opened(url, self.storage_options) as file:
+            items = iter(self.reader(file))
+            for block, start in enumerate(range(0, stop, self.window)):
+                size = min(self.window, count - start)
+                values = list(itertools.islice(items, size))
+                if len(values) < size:
+                    raise ShardCountError(f"shard {redact_url(url)} holds {start + len(values)} items, fewer than "
+                                          f"its count of {count}: {_CHANGED}")
+                if start + size > skip:  # else consumed already: read past, no shuffling
+                    yield from self._shuffled(values, shard, block)[max(skip - start, 0):stop - start]
+            if stop == count and next(items, _END) is not _END:
+                raise ShardCountError(f"shard {redact_url(url)} holds more than its count of {count} items: {_CHANGED}")
+
+    def _shuffled(self, block: list[Any], shard: int, index: int) -> list[Any]:
+        if self.shuffle_seed is None:
+            return block
+        generator = torch.Generator().manual_seed(derive_seed(self.shuffle_seed, shard, index))
+        return [block[i] for i in torch.randperm(len(block), generator=generator).tolist()]
+
+
+_END = object()
+_CHANGED = "the shard changed since it was counted, or lengths= is wrong"

@@ -1,0 +1,52 @@
+"""One canonical stream's items, read by index: forward through its shards, skipping
+whole shards by their item counts without opening them."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dist_resume.streams.shard_files import ShardItems
+
+
+class CanonicalReader:
+    """The items of `spans` ((url, shard index, the shard's item count, first item, end
+    item), in reading order), one after another."""
+
+    def __init__(self, spans: Sequence[tuple[str, int, int, int, int]], items: ShardItems) -> None:
+        self._spans = list(spans)
+        self._items = items
+        self._ends = list(itertools.accumulate(end - first for _, _, _, first, end in self._spans))
+        self._position = -1  # index of the next item of self._iterator; -1: none open
+        self._iterator: Iterator[Any] = iter(())
+
+    def take(self, start: int, count: int) -> list[Any]:
+        """Items `[start, start + count)`: read on from the last call's end through its shard
+        (passing over other ranks' items), else from the shard that holds `start`."""
+        if self._position <= start < self._shard_end(self._position):
+            for _ in itertools.islice(self._iterator, start - self._position):
+                pass
+        elif start != self._position:
+            self._iterator = self._from(start)
+        values = list(itertools.islice(self._iterator, count))
+        self._position = start + count
+        return values
+
+    def _shard_end(self, position: int) -> int:
+        """The end of the shard that holds item `position` (0 if none is open)."""
+        if position < 0:
+            return 0
+        index = bisect.bisect_right(self._ends, position)
+        return self._ends[index] if index < len(self._ends) else 0
+
+    def all(self) -> Iterator[Any]:
+        return self._from(0)
+
+    def _from(self, start: int) -> Iterator[Any]:
+        first = bisect.bisect_right(self._ends, start)
+        skip = start - (self._ends[first - 1] if first else 0)
+        for url, shard, count, begin, end in self._spans[first:]:
+            yield from self._items.items(url, shard, count, begin + skip, end)
+            skip = 0

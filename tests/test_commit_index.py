@@ -1,0 +1,159 @@
+"""The index of committed steps (checkpoint/commit_index): finding the latest step and
+listing a run cost listings, not a request per step; runs without it still load (G7)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.save import save_checkpoint
+from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
+from dist_resume.errors import CheckpointCorruptError, CheckpointError
+from dist_resume.storage import CheckpointStore
+
+STEPS = (3, 7, 12, 20, 31)
+
+
+def _state(value: float) -> dict:
+    return {"weights": torch.full((4,), value)}
+
+
+def _save_run(url: str) -> None:
+    for step in STEPS:
+        save_checkpoint(_state(float(step)), url, step)
+
+
+def _load(url: str) -> tuple[int | None, torch.Tensor]:
+    state = _state(0.0)
+    step = load_checkpoint(state, url)
+    return step, state["weights"]
+
+
+class _Requests:
+    """Counts the per-step requests a store makes: marker checks and tree listings."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.exists: list[str] = []
+        self.tree_size: list[str] = []
+        for name in ("exists", "tree_size"):
+            for store_class in CheckpointStore.__subclasses__():
+                original = getattr(store_class, name)
+                monkeypatch.setattr(store_class, name, self._counting(name, original))
+
+    def _counting(self, name, original):
+        def counted(store, path, *args, **kwargs):
+            getattr(self, name).append(path)
+            return original(store, path, *args, **kwargs)
+
+        return counted
+
+
+def _committed_info(directory: Path) -> tuple[float, int]:
+    marker = json.loads((directory / MARKER).read_text())
+    return marker["committed_at"], sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def test_latest_step_and_listing_check_no_marker_and_list_no_step(tmp_path: Path, monkeypatch) -> None:
+    _save_run(str(tmp_path))
+    requests = _Requests(monkeypatch)
+    step, weights = _load(str(tmp_path))
+    assert step == 31 and torch.equal(weights, torch.full((4,), 31.0))
+    infos = list_checkpoints(str(tmp_path))
+    assert requests.exists == [] and requests.tree_size == []
+    assert [info.step for info in infos] == list(STEPS)
+    for info in infos:
+        assert (info.committed_at, info.size_bytes) == _committed_info(tmp_path / step_dir_name(info.step))
+
+
+def test_a_run_saved_before_the_index_loads_and_lists_the_same(tmp_path: Path, monkeypatch) -> None:
+    _save_run(str(tmp_path))
+    indexed = list_checkpoints(str(tmp_path))
+    for entry in (tmp_path / ".commits").iterdir():
+        entry.unlink()
+    (tmp_path / ".commits").rmdir()
+    requests = _Requests(monkeypatch)
+    assert list_checkpoints(str(tmp_path)) == indexed
+    assert len(requests.exists) == len(STEPS)  # a marker check per step, as before the index
+    assert _load(str(tmp_path))[0] == 31
+
+
+def test_a_step_committed_but_not_indexed_still_counts(tmp_path: Path) -> None:
+    """A crash between the marker and its index entry leaves a committed step unindexed."""
+    _save_run(str(tmp_path))
+    (tmp_path / ".commits" / step_dir_name(31)).unlink()
+    assert _load(str(tmp_path))[0] == 31
+    assert [info.step for info in list_checkpoints(str(tmp_path))] == list(STEPS)
+
+
+def test_an_entry_whose_step_directory_is_gone_is_ignored(tmp_path: Path) -> None:
+    """Pruning removes an entry first; a step removed by hand leaves one behind, which names
+    no step, and a new save of that step replaces it."""
+    _save_run(str(tmp_path))
+    import shutil
+
+    shutil.rmtree(tmp_path / step_dir_name(31))
+    assert _load(str(tmp_path))[0] == 20
+    save_checkpoint(_state(99.0), str(tmp_path), 31)
+    assert _load(str(tmp_path))[0] == 31
+    assert list_checkpoints(str(tmp_path))[-1].size_bytes == _committed_info(tmp_path / step_dir_name(31))[1]
+
+
+def test_keep_removes_index_entries_with_their_steps(tmp_path: Path) -> None:
+    for step in STEPS:
+        save_checkpoint(_state(float(step)), str(tmp_path), step, keep=2)
+    assert sorted(p.name for p in (tmp_path / ".commits").iterdir()) == [step_dir_name(20), step_dir_name(31)]
+
+
+def test_a_file_the_library_did_not_write_in_the_index_is_refused(tmp_path: Path) -> None:
+    _save_run(str(tmp_path))
+    (tmp_path / ".commits" / "step_00000031.tmp").write_text("x")  # a crash leftover of ours looks otherwise
+    (tmp_path / ".commits" / f"step_00000040.{'a' * 32}.tmp").write_text("x")
+    message = (f"{tmp_path / '.commits'} holds step_00000031.tmp, which dist-resume did not write (its index "
+               "of committed steps holds only step_NNNNNNNN files); remove it")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        _load(str(tmp_path))
+    (tmp_path / ".commits" / "step_00000031.tmp").unlink()
+    assert _load(str(tmp_path))[0] == 31  # a local writer's private leftover is not an entry
+
+
+def test_an_index_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _save_run(str(run))
+    (run / ".commits").rename(tmp_path / "elsewhere")
+    (run / ".commits").symlink_to(tmp_path / "elsewhere")
+    message = (f"{run / '.commits'} is a symbolic link; the index of committed steps must be a directory "
+               "written by save_checkpoint")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        _load(str(run))
+    with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
+        save_checkpoint(_state(1.0), str(run), 40)
+
+
+@pytest.mark.parametrize("content, damage", [
+    (b"{not json", "its commit marker is not JSON"),
+    (json.dumps({"step": 31, "world_size": 1, "committed_at": 1.0, "size_bytes": -5}).encode(),
+     "it has size_bytes -5"),
+    (json.dumps({"step": 30, "world_size": 1, "committed_at": 1.0, "size_bytes": 5}).encode(),
+     "its commit marker names step 30"),
+])
+def test_a_damaged_index_entry_is_reported_by_list_checkpoints(tmp_path: Path, content: bytes, damage: str) -> None:
+    _save_run(str(tmp_path))
+    (tmp_path / ".commits" / step_dir_name(31)).write_bytes(content)
+    where = f"the index entry of step 31 at {tmp_path} is damaged: {damage}"
+    with pytest.raises(CheckpointCorruptError, match=f"^{re.escape(where)}"):
+        list_checkpoints(str(tmp_path))
+    assert _load(str(tmp_path))[0] == 31  # loading reads the step's own marker
+
+
+def test_s3_run_loads_and_lists_without_a_request_per_step(s3_bucket: str, monkeypatch) -> None:
+    url = f"{s3_bucket}/run"
+    _save_run(url)
+    requests = _Requests(monkeypatch)
+    assert _load(url)[0] == 31
+    assert [info.step for info in list_checkpoints(url)] == list(STEPS)
+    assert requests.exists == [] and requests.tree_size == []

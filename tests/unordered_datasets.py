@@ -1,0 +1,43 @@
+"""Datasets with stragglers for the in_order=False tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Gated(Dataset):
+    """Sample i is `(i, a torch draw)`; the samples in `slow` wait until `gate` (a
+    multiprocessing Event) is set, so that a test decides when their batch can arrive."""
+
+    def __init__(self, length: int, slow: set[int], gate) -> None:
+        self.length = length
+        self.slow = slow
+        self.gate = gate
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        if index in self.slow and not self.gate.wait(timeout=60):
+            raise TimeoutError(f"sample {index} waited 60 s for its gate")
+        return index, torch.rand(()).item()
+
+
+class Stragglers(Dataset):
+    """One sample in `every` takes `delay` seconds (a large image, a remote read)."""
+
+    def __init__(self, length: int, every: int = 16, delay: float = 0.04) -> None:
+        self.length = length
+        self.every = every
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        if index % self.every == self.every - 1:
+            time.sleep(self.delay)
+        return index

@@ -1,0 +1,82 @@
+"""One rank of a real gloo job with in_order=False and stragglers, for the kill test.
+
+Run by ``tests.checkpoint_worker.launch`` with this file as the script. Results go to JSON
+files in ``args["out"]``; the training job waits to be killed once it wrote ``paused-<rank>``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+
+def _setup() -> int:
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    return dist.get_rank()
+
+
+def _loader(dataset: Any, num_workers: int) -> Any:
+    from dist_resume import ResumableDataLoader
+
+    # shuffle off: positions are the indices; even_batches=False: no padding, so "every
+    # sample exactly once" is exact equality.
+    return ResumableDataLoader(dataset, batch_size=4, num_workers=num_workers, in_order=False, seed=11,
+                               even_batches=False)
+
+
+def train_and_wait(args: dict[str, Any]) -> None:
+    """Rank r's batch 0 holds a straggler that waits for a gate opened only after the save:
+    the checkpoint holds delivered batches beyond the consumed prefix. Then train on and wait
+    to be killed."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import save_checkpoint
+    from tests.unordered_datasets import Gated
+
+    rank = _setup()
+    out = Path(args["out"])
+    gate = multiprocessing.Event()
+    loader = _loader(Gated(args["dataset_len"], {rank * 4 + 1}, gate), num_workers=2)
+    consumed: list[list[int]] = []
+    iterator = iter(loader)
+    for step in range(1, args["save_step"] + args["after_save"] + 1):
+        batch = next(iterator)
+        dist.all_reduce(batch[1].sum().reshape(1))  # a training step, in lockstep
+        if step <= args["save_step"]:
+            consumed.append(batch[0].tolist())
+        if step == args["save_step"]:
+            save_checkpoint({"loader": loader}, args["url"], step)
+            (out / f"consumed-before-{rank}.json").write_text(json.dumps(consumed))
+            gate.set()
+    (out / f"paused-{rank}").write_text("")
+    time.sleep(300)  # SIGKILL arrives here
+
+
+def resume(args: dict[str, Any]) -> None:
+    from dist_resume import load_checkpoint
+    from tests.unordered_datasets import Gated
+
+    rank = _setup()
+    loader = _loader(Gated(args["dataset_len"], set(), None), num_workers=1)
+    assert load_checkpoint({"loader": loader}, args["url"]) == args["save_step"]
+    consumed = [batch[0].tolist() for batch in loader]
+    (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
+
+
+SCENARIOS = {f.__name__: f for f in (train_and_wait, resume)}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    from dist_resume import shut_down_distributed
+
+    shut_down_distributed()
