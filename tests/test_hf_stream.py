@@ -22,20 +22,23 @@ from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetRe
 from .format_files import jsonl_bytes, parquet_bytes, tar_bytes, write  # noqa: E402
 
 
+SHARDS = 6
+
+
 def key(record: dict) -> str:
     return json.dumps(record, sort_keys=True, default=repr)
 
 
 @pytest.fixture
 def jsonl_folder(tmp_path):
-    for shard in range(5):
-        write(f"{tmp_path}/part-{shard}.jsonl", jsonl_bytes([{"id": shard * 100 + i, "text": f"t{i}"} for i in range(shard + 2)]))
+    for shard in range(SHARDS):  # 21 records: 3 batches of 3, then 2 global batches of 2 x 3
+        write(f"{tmp_path}/part-{shard}.jsonl", jsonl_bytes([{"id": shard * 100 + i, "text": f"t{i}"} for i in range(shard + 1)]))
     return str(tmp_path)
 
 
 def test_a_folder_of_jsonl_files_streams_the_same_records(jsonl_folder):
     stream = hf_stream(jsonl_folder)
-    assert stream.shards == sorted(f"{jsonl_folder}/part-{shard}.jsonl" for shard in range(5))
+    assert stream.shards == sorted(f"{jsonl_folder}/part-{shard}.jsonl" for shard in range(SHARDS))
     assert stream.reader == JsonlReader()
     hf_records = datasets.load_dataset(jsonl_folder, split="train", streaming=True)
     assert sorted(map(key, stream)) == sorted(map(key, hf_records))
@@ -73,7 +76,7 @@ def test_an_elastic_resume_reads_every_record_once(jsonl_folder):
         loader = ResumableDataLoader(stream, batch_size=3, collate_fn=list, rank=rank, world_size=2)
         loader.load_state_dict(state)
         consumed += [record["id"] for batch in loader for record in batch]
-    assert sorted(consumed) == [shard * 100 + i for shard in range(5) for i in range(shard + 2)]
+    assert sorted(consumed) == [shard * 100 + i for shard in range(SHARDS) for i in range(shard + 1)]
 
 
 def test_other_formats_and_missing_splits_are_refused(tmp_path, jsonl_folder):

@@ -5,6 +5,7 @@ cause, without secrets."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import threading
 from collections.abc import Iterator
@@ -68,9 +69,12 @@ class RecordingFileSystem(LocalFileSystem):
 register_implementation("recording", RecordingFileSystem, clobber=True)
 
 
+SIZES = [3, 0, 2, 4]
+
+
 @pytest.fixture
 def shards(tmp_path) -> list[str]:
-    sizes = [3, 0, 2, 4]
+    sizes = SIZES
     urls = [write(f"recording://{tmp_path}/s{n}.jsonl", jsonl_bytes([f"{n}-{i}" for i in range(size)]))
             for n, size in enumerate(sizes)]
     RecordingFileSystem.reset()
@@ -99,24 +103,24 @@ class NextOpenedCheck:
 
 def test_the_next_shard_is_opened_while_the_current_one_is_read(shards):
     check = NextOpenedCheck(shards)
-    stream = ShardedStream(shards, check, shuffle=False)
+    stream = ShardedStream(shards, check, shuffle=False, lengths=SIZES)  # given lengths: no counting pass
     assert list(stream) == ["0-0", "0-1", "0-2", "2-0", "2-1", "3-0", "3-1", "3-2", "3-3"]
     assert check.seen == [(path_of(url), True) for url in shards[:-1]]
     assert RecordingFileSystem.opens() == [path_of(url) for url in shards]  # each shard once, in order
     assert RecordingFileSystem.all_closed()
 
 
-def test_a_slot_prefetches_only_its_own_shards(shards):
-    """Slot 1 of 2 reads shards 1 and 3: it opens only those."""
-    stream = ShardedStream(shards, JsonlReader(), shuffle=False)
-    items = [item for _, item in stream.slot_items(0, 1, 2, [0] * 4, [0] * 4) if isinstance(item, str)]
-    assert items == ["3-0", "3-1", "3-2", "3-3"]
-    assert RecordingFileSystem.opens() == [path_of(shards[1]), path_of(shards[3])]
+def test_a_canonical_stream_prefetches_only_its_own_shards(shards):
+    """Of 3 canonical streams over 9 items, stream 1 reads items 3-5: shard 2 and the first
+    item of shard 3; it opens only those."""
+    stream = ShardedStream(shards, JsonlReader(), shuffle=False, lengths=SIZES)
+    assert list(stream.canonical_reader(0, 1, 3).all()) == ["2-0", "2-1", "3-0"]
+    assert RecordingFileSystem.opens() == [path_of(shards[2]), path_of(shards[3])]
     assert RecordingFileSystem.all_closed()
 
 
 def test_a_stream_stopped_early_closes_the_shard_opened_ahead(shards):
-    items = iter(ShardedStream(shards, JsonlReader(), shuffle=False))
+    items = iter(ShardedStream(shards, JsonlReader(), shuffle=False, lengths=SIZES))
     assert next(items) == "0-0"
     assert RecordingFileSystem.wait_opened(path_of(shards[1]))
     items.close()
@@ -140,9 +144,9 @@ def test_shards_are_opened_in_the_announced_order_only(shards):
 def test_a_missing_shard_fails_when_it_is_reached_with_its_url(tmp_path):
     urls = [write(f"{tmp_path}/{name}.jsonl", jsonl_bytes([name])) for name in ("a", "c")]
     missing = f"{tmp_path}/b.jsonl"
-    items = iter(ShardedStream([urls[0], missing, urls[1]], JsonlReader(), shuffle=False))
+    items = iter(ShardedStream([urls[0], missing, urls[1]], JsonlReader(), shuffle=False, lengths=[1, 1, 1]))
     assert next(items) == "a"  # shard b was opened ahead, and failed, while a was read
-    message = f"cannot open shard {missing}: not found (FileNotFoundError: "
+    message = f"cannot read shard {missing}: not found (FileNotFoundError: "
     with pytest.raises(StorageError, match=f"^{re.escape(message)}") as caught:
         next(items)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
@@ -152,7 +156,28 @@ def test_s3_shard_with_bad_credentials_is_named_without_the_secret(s3_bucket, re
     url = write(f"{s3_bucket}/a.jsonl", jsonl_bytes([1]))
     request.getfixturevalue("s3_auth")  # moto checks credentials from here on
     options = {"key": "wrong-key-id", "secret": FAKE_SECRET}
-    message = f"cannot open shard {url}: access denied, check the credentials (PermissionError: Forbidden)"
+    message = f"cannot read shard {url}: access denied, check the credentials (PermissionError: Forbidden)"
     with pytest.raises(StorageError, match=f"^{re.escape(message)}$") as caught:
-        list(ShardedStream([url], JsonlReader(), storage_options=options))
+        list(ShardedStream([url], JsonlReader(), storage_options=options, lengths=[1]))
     assert FAKE_SECRET not in str(caught.value) and FAKE_SECRET not in repr(caught.value)
+
+
+def _open_next_in_child(files: ShardFiles, url: str, results) -> None:
+    with files.open(url) as file:
+        results.put(list(JsonlReader()(file)))
+
+
+def test_a_forked_copy_opens_its_shards_itself(shards):
+    """A loader worker forked while its stream had a shard opened ahead: the parent's
+    opening thread does not exist in the child, which must not wait for it forever."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    with ShardFiles([shards[0], shards[2]]) as files:
+        files.open(shards[0]).close()  # shards[2] is now opening ahead, in this process
+        child = context.Process(target=_open_next_in_child, args=(files, shards[2], results))
+        child.start()
+        child.join(WAIT)
+        assert child.exitcode == 0
+        assert results.get(timeout=WAIT) == ["2-0", "2-1"]
+        with files.open(shards[2]) as file:  # the parent's own, untouched by the child
+            assert list(JsonlReader()(file)) == ["2-0", "2-1"]

@@ -4,11 +4,11 @@ and its first bytes fetched in a background thread, so a slow object store's lat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
-import fsspec
 
 from dist_resume.storage import guarded, resolve, retry
 
@@ -17,8 +17,8 @@ WARM_BYTES = 1 << 16
 
 class ShardFiles:
     """The files of `urls`, opened in that order (the order a reading stream reads its
-    shards in), each with `storage_options` (as `fsspec.open(url, "rb", ...)`, transient
-    errors retried).
+    shards in), each with `storage_options`, transient errors retried (as the storage
+    layer opens any file).
 
     `open(url)` hands out the next file, already open when it was prefetched, and starts
     opening the one after it in a background thread. An open that failed, in the
@@ -33,9 +33,8 @@ class ShardFiles:
         self._warm_bytes = warm_bytes
         self._ahead: tuple[str, Future] | None = None
         self._closed = False
-        # One thread for all the opens: a new thread per shard cost its start-up handshake,
-        # up to a GIL switch interval (5 ms) while the reader holds the GIL.
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dist-resume prefetch")
+        self._pid: int | None = None  # the process whose thread opens files (see _own_thread)
+        self._thread: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> ShardFiles:
         return self
@@ -47,13 +46,14 @@ class ShardFiles:
         """The next file of `urls`, which must be `url`; the caller closes it."""
         if self._closed:
             raise ValueError("ShardFiles is closed")
+        self._own_thread()
         current = self._ahead or self._start()
         if current is None or current[0] != url:
             expected = "no further shard" if current is None else current[0]
             self._ahead = current
             raise ValueError(f"shard {url} opened out of the announced order (next announced: {expected})")
         self._ahead = None
-        file = self._result(*current)
+        file = current[1].result()
         self._ahead = self._start()
         return file
 
@@ -61,29 +61,39 @@ class ShardFiles:
         """Close the file opened ahead, if any (waiting for its open to end)."""
         self._closed = True
         ahead, self._ahead = self._ahead, None
+        if self._pid != os.getpid():  # none opened here: the parent's are not ours to wait for
+            return
         if ahead is not None and ahead[1].exception() is None:
             ahead[1].result().close()
         self._thread.shutdown(wait=False)
 
+    def _own_thread(self) -> None:
+        """This process's opening thread. One thread for all the opens (a thread per shard
+        cost its start-up handshake, up to a GIL switch interval while the reader holds
+        the GIL). A copy forked from another process (a loader worker) has no thread of
+        its own, and the parent's file opened ahead shares its offset with the parent: it
+        starts a thread and opens that shard again."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dist-resume prefetch")
+        if self._ahead is not None:
+            self._ahead = (self._ahead[0], self._thread.submit(self._warm_open, self._ahead[0]))
+
     def _start(self) -> tuple[str, Future] | None:
         url = next(self._urls, None)
-        return None if url is None else (url, self._thread.submit(retry, self._warm_open, url))
+        return None if url is None else (url, self._thread.submit(self._warm_open, url))
 
     def _warm_open(self, url: str) -> BinaryIO:
-        file = fsspec.open(url, "rb", **self._options).open()
+        location = resolve(url, self._options)  # a bad URL raises its own clear error here
+        file = None
         try:
+            file = retry(location.fs.open, location.root, "rb")
             if self._warm_bytes and file.seekable():
                 file.read(self._warm_bytes)  # into the file's buffer, or the OS page cache
                 file.seek(0)
-        except BaseException:
-            file.close()
-            raise
-        return file
-
-    def _result(self, url: str, future: Future) -> BinaryIO:
-        try:
-            return future.result()
+            return file
         except Exception as exc:
-            location = resolve(url, self._options)  # a bad URL raises its own clear error here
-            raise location.error("open shard", location.root, exc) from None
-
+            if file is not None:
+                file.close()
+            raise location.error("read shard", location.root, exc) from None
