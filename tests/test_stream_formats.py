@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.streams import ShardedStream
 from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader
 from dist_resume.streams.formats.jsonl import numbered_lines
@@ -213,3 +214,20 @@ def test_a_shard_is_named_by_the_path_or_url_it_was_opened_with(tmp_path):
     for url in (path, f"file://{path}"):
         with pytest.raises(ValueError, match=f"^{re.escape(path)}: line 2 is not valid JSON"):
             list(ShardedStream([url], JsonlReader()))
+
+
+def test_a_state_read_with_other_columns_is_refused(tmp_path):
+    """The readers' digest is their configuration: item counts saved for one column
+    selection never resume another."""
+    url = write(f"{tmp_path}/rows.parquet", parquet_bytes(ROWS, 4))
+    saved = ResumableDataLoader(ShardedStream([url], ParquetReader(columns=["id"])), batch_size=2, collate_fn=list)
+    next(iter(saved))
+    state = saved.state_dict()
+    same = ResumableDataLoader(ShardedStream([url], ParquetReader(columns=("id",))), batch_size=2, collate_fn=list)
+    same.load_state_dict(state)
+    other = ResumableDataLoader(ShardedStream([url], ParquetReader(columns=["text"])), batch_size=2, collate_fn=list)
+    message = (f"loader state entry 'rank_0' stream field 'canonical' was saved with another reader (digest "
+               f"{ParquetReader(columns=['id']).digest}); this ShardedStream's reader has digest "
+               f"{ParquetReader(columns=['text']).digest}")
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
+        other.load_state_dict(state)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from dist_resume.streams.formats.digest import ConfiguredDigest
 from dist_resume.streams.formats.naming import file_name
 
 CHUNK_BYTES = 1 << 20
@@ -31,7 +32,7 @@ def numbered_lines(file: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[t
 
 
 @dataclass(frozen=True)
-class JsonlReader:
+class JsonlReader(ConfiguredDigest):
     """Reads a JSON Lines shard: each line one JSON value, yielded parsed, in file order.
     Lines of only whitespace (a trailing newline, a blank line) hold no item. A line that is
     not valid JSON in `encoding` is a `ValueError` naming the file and the line number."""

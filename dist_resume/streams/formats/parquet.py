@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from dist_resume.streams.formats.digest import ConfiguredDigest
 from dist_resume.streams.formats.naming import file_name
 
 
@@ -19,7 +20,7 @@ def pyarrow_parquet() -> Any:
 
 
 @dataclass(frozen=True)
-class ParquetReader:
+class ParquetReader(ConfiguredDigest):
     """Reads a Parquet shard row group by row group: the footer first, then each row group's
     column chunks by range (only `columns`, all when None), so memory holds one row group.
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from dist_resume.streams.formats.digest import ConfiguredDigest
 from dist_resume.streams.formats.naming import file_name
 
 
@@ -54,7 +55,7 @@ def count_samples(names: Iterable[str], where: str) -> int:
 
 
 @dataclass(frozen=True)
-class WebDatasetReader:
+class WebDatasetReader(ConfiguredDigest):
     """Reads a WebDataset tar shard (plain, or compressed as tarfile reads it) as a stream,
     never extracting to disk: yields one dict per sample, ``{"__key__": key, ext: bytes, ...}``,
     as WebDataset groups ``key.ext`` files. Directories and links hold no sample data and
