@@ -10,9 +10,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 
+import fsspec
+
 from dist_resume.storage import guarded, resolve, retry
 
 WARM_BYTES = 1 << 16
+LOCAL_PROTOCOLS = (None, "file", "local")
 
 
 class ShardFiles:
@@ -21,7 +24,8 @@ class ShardFiles:
     layer opens any file).
 
     `open(url)` hands out the next file, already open when it was prefetched, and starts
-    opening the one after it in a background thread. An open that failed, in the
+    opening the one after it in a background thread (not for local files, which have no
+    latency to hide: they open when reached). An open that failed, in the
     background or not, fails `open` of that shard (never earlier) with a `StorageError`
     naming the shard's URL and the cause, secrets removed. Use as a context manager:
     leaving it closes the file opened ahead and not handed out."""
@@ -31,7 +35,7 @@ class ShardFiles:
         self._urls = iter(urls)
         self._options = guarded(dict(storage_options or {}))
         self._warm_bytes = warm_bytes
-        self._ahead: tuple[str, Future] | None = None
+        self._ahead: tuple[str, Future | None] | None = None
         self._closed = False
         self._pid: int | None = None  # the process whose thread opens files (see _own_thread)
         self._thread: ThreadPoolExecutor | None = None
@@ -53,7 +57,7 @@ class ShardFiles:
             self._ahead = current
             raise ValueError(f"shard {url} opened out of the announced order (next announced: {expected})")
         self._ahead = None
-        file = current[1].result()
+        file = self._warm_open(url, 0) if current[1] is None else current[1].result()
         self._ahead = self._start()
         return file
 
@@ -63,7 +67,7 @@ class ShardFiles:
         ahead, self._ahead = self._ahead, None
         if self._pid != os.getpid():  # none opened here: the parent's are not ours to wait for
             return
-        if ahead is not None and ahead[1].exception() is None:
+        if ahead is not None and ahead[1] is not None and ahead[1].exception() is None:
             ahead[1].result().close()
         self._thread.shutdown(wait=False)
 
@@ -72,25 +76,29 @@ class ShardFiles:
         cost its start-up handshake, up to a GIL switch interval while the reader holds
         the GIL). A copy forked from another process (a loader worker) has no thread of
         its own, and the parent's file opened ahead shares its offset with the parent: it
-        starts a thread and opens that shard again."""
+        starts a thread and opens that shard again when it reaches it."""
         if self._pid == os.getpid():
             return
         self._pid = os.getpid()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dist-resume prefetch")
         if self._ahead is not None:
-            self._ahead = (self._ahead[0], self._thread.submit(self._warm_open, self._ahead[0]))
+            self._ahead = self._ahead[0], None  # opened when reached
 
-    def _start(self) -> tuple[str, Future] | None:
+    def _start(self) -> tuple[str, Future | None] | None:
         url = next(self._urls, None)
-        return None if url is None else (url, self._thread.submit(self._warm_open, url))
+        if url is None:
+            return None
+        if fsspec.core.split_protocol(url)[0] in LOCAL_PROTOCOLS:  # no latency to hide: opened when reached
+            return url, None
+        return url, self._thread.submit(self._warm_open, url, self._warm_bytes)
 
-    def _warm_open(self, url: str) -> BinaryIO:
+    def _warm_open(self, url: str, warm_bytes: int) -> BinaryIO:
         location = resolve(url, self._options)  # a bad URL raises its own clear error here
         file = None
         try:
             file = retry(location.fs.open, location.root, "rb")
-            if self._warm_bytes and file.seekable():
-                file.read(self._warm_bytes)  # into the file's buffer, or the OS page cache
+            if warm_bytes and file.seekable():
+                file.read(warm_bytes)  # into the file's buffer, or the OS page cache
                 file.seek(0)
             return file
         except Exception as exc:
