@@ -140,8 +140,10 @@ def run(quick: bool) -> list[FigureResult]:
         f"{SHARDS} shards of {items_per_shard:,} JSON lines (~220 bytes each), read by JsonlReader, batch size "
         f"{BATCH_SIZE}, default collate; each epoch timed from iter() (worker start included) to the last batch, "
         "and checked to hold every item once.",
-        "ShardedStream opens each worker's next shard while it reads the current one; the plain recipe opens each "
-        "shard when it reaches it. 'shuffle=True' adds the shard order and in-shard window shuffles (window 1024).",
+        "ShardedStream opens each canonical stream's next S3 shard while it reads the current one (local files: "
+        "when reached); the plain recipe opens each shard when it reaches it. ShardedStream counts the shards' "
+        "lines once per loader (JsonlReader.count), in the dropped warm-up epoch. 'shuffle=True' adds the shard "
+        "order and in-shard window shuffles (window 1024).",
         "Both S3 servers run on 127.0.0.1: latency is far below a remote object store's, so prefetching gains "
         "little here. moto serves from this process, so at 0 workers its request handling, the prefetch thread "
         "and the reader share one GIL; Ceph RGW runs in processes of its own.",
