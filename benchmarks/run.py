@@ -34,6 +34,7 @@ FIGURES = {
     "B2M": "b2_mixture",
     "B7": "b7_streams",
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
+    "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False
 }
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -25,7 +25,7 @@ from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
-from dist_resume.process_group import shut_down_distributed
+from dist_resume.process_group import end_with_launcher, shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
 from dist_resume.streams import JsonlReader, ParquetReader, ShardCountError, ShardedStream, WebDatasetReader, hf_stream
@@ -53,6 +53,7 @@ __all__ = [
     "TrainState",
     "UnsafeCheckpointError",
     "WebDatasetReader",
+    "end_with_launcher",
     "hf_stream",
     "list_checkpoints",
     "load_checkpoint",

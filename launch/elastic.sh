@@ -8,6 +8,8 @@
 # Example, one node, 2 processes, survives a crashed worker:
 #   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
 #     bash launch/elastic.sh launch/train.py --checkpoint ./runs/elastic-demo --global-batch 12
+# Workers run SCRIPT through `python -m dist_resume.launched`: kill -9 of this launcher ends them
+# (torchrun starts them in sessions of their own, where they would train on).
 # torchrun is run with $PYTHON, else the quick start's .venv/bin/python, else python3 (python.sh).
 set -euo pipefail
 source "$(dirname "$0")/python.sh"
@@ -16,4 +18,4 @@ if [[ $# -lt 1 ]]; then echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; fi
 min="${MIN_NODES:-1}"
 exec "$PYTHON" -m torch.distributed.run --nnodes="$min:${MAX_NODES:-$min}" --nproc-per-node="${NPROC_PER_NODE:-1}" \
     --max-restarts="${MAX_RESTARTS:-3}" \
-    --rdzv-backend="${RDZV_BACKEND:-c10d}" --rdzv-endpoint="$RDZV_ENDPOINT" --rdzv-id="$RDZV_ID" "$@"
+    --rdzv-backend="${RDZV_BACKEND:-c10d}" --rdzv-endpoint="$RDZV_ENDPOINT" --rdzv-id="$RDZV_ID" -m dist_resume.launched "$@"

@@ -2,7 +2,9 @@
 
 Records, per global step it trains, the dataset indices of its batch to RECORD/rank_R.json.
 With --save-at K it saves accelerate's state after K steps and stops there (as if killed);
-with --load DIR it resumes from DIR first.
+with --save-every-step also after each step before, into the same directory, and with
+--killed-rank R rank R skips the last of those saves (as if killed between optimizer.step()
+and save_state); with --load DIR it resumes from DIR first.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def main() -> None:
     parser.add_argument("--record", required=True)
     parser.add_argument("--save", help="accelerate checkpoint directory to save into")
     parser.add_argument("--save-at", type=int, default=0)
+    parser.add_argument("--save-every-step", action="store_true")
+    parser.add_argument("--killed-rank", type=int, default=-1)
     parser.add_argument("--load", help="accelerate checkpoint directory to resume from")
     args = parser.parse_args()
 
@@ -55,8 +59,11 @@ def main() -> None:
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
-            if len(trained) == args.save_at:
-                accelerator.save_state(args.save)
+            last = len(trained) == args.save_at
+            if args.save and (last or args.save_every_step):
+                if not (last and accelerator.process_index == args.killed_rank):
+                    accelerator.save_state(args.save)
+            if last:
                 break
         else:
             continue

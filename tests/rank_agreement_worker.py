@@ -1,5 +1,6 @@
-"""One rank of a job whose ranks name different checkpoint locations (issue 11 point 3) or
-pass different arguments to one save or load (issue 24 point 1).
+"""One rank of a job whose ranks name different checkpoint locations (issue 11 point 3),
+pass different arguments to one save or load (issue 24 point 1), or save where another job
+holds the writer lease (issue 23 point 3).
 
 Run by ``tests.checkpoint_worker.run(..., script=__file__)``; each rank writes the error it
 got (or "none") to ``out/<scenario>-error-<rank>.txt``.
@@ -144,6 +145,21 @@ def peer_gone(args: dict[str, Any]) -> None:
     os._exit(0)  # the group cannot be left in order: a peer is gone
 
 
+def leased_elsewhere(args: dict[str, Any]) -> None:
+    """Both ranks save into a URL whose writer lease another live job holds: rank 0 is
+    refused, and rank 1 gets the same error, in the save's own collective."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import save_checkpoint, shut_down_distributed
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    _record(args, "leased", lambda: save_checkpoint({"w": torch.zeros(2)}, args["url"], 5))
+    shut_down_distributed()
+
+
 if __name__ == "__main__":
     {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
-     "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone}[sys.argv[1]](json.loads(sys.argv[2]))
+     "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone,
+     "leased_elsewhere": leased_elsewhere}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -217,3 +217,32 @@ def test_a_copied_loader_serves_the_same_batches():
     copied = copy.deepcopy(loader)
     assert [batch.tolist() for batch in copied] == [batch.tolist() for batch in loader]
     assert len(copied.batch_sampler) == 4
+
+
+MIXED = (
+    "accelerate checkpoint {folder}, loader 0: loader state entries come from different saves (ranks [0] at "
+    "global step 4; ranks [1] at global step 3): a rank stopped between a training step and the save, or states "
+    "of different saves were merged; resume from a checkpoint that every rank saved at one step (if the ranks do "
+    "not train in lockstep, load with independent_ranks=True). save_state into one directory is not atomic "
+    "across processes: save into a new directory each time (ProjectConfiguration(automatic_checkpoint_naming=True)) "
+    "and resume from the newest one that every process completed"
+)
+
+
+@pytest.mark.slow
+def test_files_of_two_save_states_are_refused_not_resumed(tmp_path):
+    """Issue 23: a 2-process job saves after every step into one directory; at step 4 rank 1
+    is gone between optimizer.step() and save_state, so rank 0's files say 4 steps and rank
+    1's 3. The model holds step 4: resuming would train rank 1's batch 4 twice (and, at 3
+    processes, hand samples out three times). The load is refused, naming both steps."""
+    _launch(2, tmp_path / "record", f"--save={tmp_path / 'ckpt'}", "--save-at=4", "--save-every-step",
+            "--killed-rank=1")
+    accelerator = Accelerator(cpu=True)
+    attach(accelerator, ResumableDataLoader(_Indices48(), batch_size=GLOBAL_BATCH, shuffle=True, seed=0))
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(folder=tmp_path / 'ckpt'))}$"):
+        accelerator.load_state(tmp_path / "ckpt")
+
+
+class _Indices48(_Indices):
+    def __len__(self) -> int:
+        return LENGTH

@@ -94,7 +94,7 @@ def test_keep_deletes_only_older_committed_steps(tmp_path: Path) -> None:
     # step 9 is newer than the step just saved: kept; step 2 was never committed: untouched.
     assert [i.step for i in list_checkpoints(str(tmp_path))] == [4, 5, 9]
     assert uncommitted.is_dir()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".commits"] + [step_dir_name(s) for s in (2, 4, 5, 9)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".commits", ".writer_lease_0"] + [step_dir_name(s) for s in (2, 4, 5, 9)]
     assert sorted(p.name for p in (tmp_path / ".commits").iterdir()) == [step_dir_name(s) for s in (4, 5, 9)]
 
 

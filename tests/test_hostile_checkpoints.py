@@ -197,15 +197,19 @@ def test_metadata_symlink_inside_the_location_is_read(tmp_path: Path) -> None:
     assert read_loader_states(str(tmp_path))[0] == 1
 
 
-@pytest.mark.parametrize("name,command", [(".metadata", "inspect"), (".committed", "ls")])
+@pytest.mark.parametrize("name,command", [(".metadata", "inspect"), (".committed", "inspect"),
+                                          ("step_00000001", "ls")])
 def test_fifo_in_a_step_is_refused(tmp_path: Path, name: str, command: str) -> None:
+    """``inspect`` reads the step's files, ``ls`` the run's index of committed steps."""
     attempt = _loader_checkpoint(tmp_path)
-    directory = attempt if name == ".metadata" else attempt.parent  # the marker is the step's
+    directory = {".metadata": attempt, ".committed": attempt.parent, "step_00000001": tmp_path / ".commits"}[name]
     (directory / name).unlink()
     os.mkfifo(directory / name)
     result = run_fenced("-m", "dist_resume", command, str(tmp_path))
-    assert (result.returncode, result.stdout, result.stderr) == (
-        1, "", f"dist-resume: error: refused to read step 1 at {tmp_path}: {name} is not a regular file\n")
+    refusal = (f"{tmp_path / '.commits'} holds {name}, which dist-resume did not write (its index of committed "
+               "steps holds only step_NNNNNNNN files); remove it" if command == "ls" else
+               f"refused to read step 1 at {tmp_path}: {name} is not a regular file")
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", f"dist-resume: error: {refusal}\n")
 
 
 def test_declared_size_2_40_is_one_line_in_the_cli(tmp_path: Path) -> None:

@@ -52,3 +52,45 @@ def _run(script: Path, env: dict[str, str]) -> str:
     import subprocess
 
     return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+SLEEPER = """
+import os, sys, time
+from pathlib import Path
+assert sys.argv[1:] == ["--out", sys.argv[2]] and __name__ == "__main__"
+Path(sys.argv[2], f"{os.getpid()}.pid").write_text("")
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_ends_the_workers_of_any_script(tmp_path: Path) -> None:
+    """A script that knows nothing of dist_resume: the launch scripts start it through
+    `python -m dist_resume.launched`, which ties each worker to the launcher."""
+    import subprocess
+    import time
+
+    from dist_resume.demo.job import wait_until_gone
+
+    script, out = tmp_path / "sleeper.py", tmp_path / "pids"
+    script.write_text(SLEEPER)
+    out.mkdir()
+    launcher = subprocess.Popen(["bash", str(ROOT / "launch" / "singlenode.sh"), "--nproc-per-node", "2", str(script),
+                                 "--out", str(out)], env={**os.environ, "PYTHON": sys.executable},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(out.iterdir())) < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        workers = [int(path.stem) for path in out.iterdir()]
+        os.kill(launcher.pid, signal.SIGKILL)  # torchrun itself: the script exec'd it
+        launcher.wait()
+        wait_until_gone(workers, 60, "outlived their launcher")
+    finally:
+        for pid in [launcher.pid, *workers]:  # nothing outlives the test, whatever failed
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -131,7 +131,7 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         merged: dict[str, Any] = {}
         for saved_rank in ranks:
             merged.update(torch.load(out / f"{job.load}-state-{saved_rank}.pt", weights_only=True))
-        loader.load_state_dict(merged)
+        loader.load_state_dict(merged, independent_ranks=True)  # ranks stop where each stops
     consumed = Consumed([], {}, {})
     if job.stop is None:
         for _ in _serve(loader, job.set_epoch, consumed):

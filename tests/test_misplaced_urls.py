@@ -133,7 +133,8 @@ def test_saving_into_a_step_that_is_not_a_directory_writes_nothing(tmp_path: Pat
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         save_checkpoint({"w": torch.ones(2)}, str(run), 2)
     assert list(elsewhere.iterdir()) == []
-    assert sorted(path.name for path in run.iterdir()) == ["step_00000001", "step_00000002"]
+    # the lease: this job writes here
+    assert sorted(path.name for path in run.iterdir()) == [".commits", ".writer_lease_0", "step_00000001", "step_00000002"]
 
 
 def test_a_step_pruned_while_it_loads_is_reported_as_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -130,7 +130,7 @@ def test_reweight_applies_new_weights_from_past_every_consumed_position() -> Non
     original = mixture()
     loaders = [_loader(mixture(new_weights, reweight=True), rank=r, world_size=3, even_batches=False) for r in range(3)]
     for loader in loaders:
-        loader.load_state_dict(state)
+        loader.load_state_dict(state, independent_ranks=True)
     merged = loaders[0].dataset
     assert [(stage.start, stage.quotas) for stage in merged.schedule.stages] == [(0, (5, 3, 2)), (24, (0, 1, 1))]
     rest = [s for loader in loaders for batch in loader for s in samples(batch)]
@@ -142,7 +142,8 @@ def test_reweight_applies_new_weights_from_past_every_consumed_position() -> Non
         read = [i for s, i in merged.keys(range(60), seed=SEED, shuffle=True) if s == label]
         assert all(len(set(read[k : k + length])) == len(read[k : k + length]) for k in range(0, len(read), length))
     again = _loader(mixture(new_weights, reweight=True), rank=0, world_size=3, even_batches=False)
-    again.load_state_dict(loaders[0].state_dict() | loaders[1].state_dict() | loaders[2].state_dict())
+    again.load_state_dict(loaders[0].state_dict() | loaders[1].state_dict() | loaders[2].state_dict(),
+                          independent_ranks=True)
     assert again.dataset.schedule == merged.schedule
 
 

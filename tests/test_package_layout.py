@@ -25,13 +25,14 @@ LAYERS: list[set[str]] = [
     {"state"},
     {"positions"},
     {"workers"},
-    {"mixtures", "streams"},
+    {"streams"},
+    {"mixtures"},
     {"loader", "checkpoint"},
     {"integrations"},
     {""},
     {"demo"},
     {"cli"},
-    {"__main__"},
+    {"__main__", "launched"},
 ]
 MAX_LINES = 300
 

@@ -39,8 +39,8 @@ def test_ranks_with_different_urls_fail_together_and_commit_nothing(tmp_path: Pa
     assert errors("relative") == {f"CheckpointError: cannot save step 5: the ranks do not name the same "
                                   f"checkpoint location ({relative}); {advice}"}
     # nothing was written for step 5 anywhere
-    assert sorted(p.name for p in (root / "rank0").iterdir()) == [".commits", "step_00000001"]
-    assert sorted(p.name for p in (root / "rank1").iterdir()) == [".commits", "step_00000001"]
+    assert sorted(p.name for p in (root / "rank0").iterdir()) == [".commits", ".writer_lease_0", "step_00000001"]
+    assert sorted(p.name for p in (root / "rank1").iterdir()) == [".commits", ".writer_lease_0", "step_00000001"]
     assert not (root / "cwd0" / "run").exists() and not (root / "cwd1" / "run").exists()
 
 
@@ -87,7 +87,7 @@ def test_ranks_with_different_arguments_fail_together_and_write_nothing(tmp_path
                                 "every rank must pass the same step, keep and async_save")
     assert error("load_step") == ("CheckpointError: cannot load a checkpoint: the ranks do not pass the same step "
                                   "(ranks [0]: 1; ranks [1]: 2); every rank must pass the same step")
-    assert sorted(p.name for p in url.iterdir()) == [".commits", "step_00000001", "step_00000002"]
+    assert sorted(p.name for p in url.iterdir()) == [".commits", ".writer_lease_0", "step_00000001", "step_00000002"]
     assert [(out / f"loaded-{rank}.txt").read_text() for rank in (0, 1)] == ["[0.0, 0.0]", "[1.0, 1.0]"]
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dist_resume.positions.elastic_plan import Plan, rank_positions
+from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.rank_batches import rank_positions
 from dist_resume.positions.layout import Layout, TailMode
 from dist_resume.positions.skip_span import skip_span
 from dist_resume.state.skips import MAX_SKIPPED_RANGES, SkipLedger, SkippedRange

@@ -17,9 +17,17 @@ from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
 from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
+
+
+def _begin(store: CheckpointStore, step: int) -> str:
+    """Rank 0: the new directory of this save, once this job holds the run's writer lease."""
+    attempt = prepare_attempt(store, step)
+    hold_lease(store)
+    return attempt
 
 
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
@@ -77,7 +85,7 @@ def save_checkpoint(
         require_agreement(loc, process_group, "save", skipped=loader_skips(state), step=step, keep=keep,
                           async_save=async_save)
         group = checkpoint_group(process_group) if async_save else process_group
-        attempt = on_rank0(group, lambda: prepare_attempt(store, step))
+        attempt = on_rank0(group, lambda: _begin(store, step))
         writer = CheckpointWriter(loc, attempt)
         if not async_save:
             dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)

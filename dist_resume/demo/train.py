@@ -19,12 +19,9 @@ already exists does not pause, so an elastic restart runs through.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
-import signal
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -37,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dist_resume import (
     ResumableDataLoader,
     TrainState,
+    end_with_launcher,
     load_checkpoint,
     save_checkpoint,
     shut_down_distributed,
@@ -106,9 +104,6 @@ def pause_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:
     threading.Event().wait()  # until killed
 
 
-_PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
 def init_distributed(backend: str) -> None:
     """init_process_group from torchrun's environment. Under the elastic agent's store, the
     keys go in a namespace of this restart: the agent keeps one store across restarts, and a
@@ -123,21 +118,9 @@ def init_distributed(backend: str) -> None:
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 
 
-def die_with_launcher() -> None:
-    """On Linux, end this worker when the process that started it (torchrun) dies, even by
-    SIGKILL: torchrun starts workers in sessions of their own, so they would train on and
-    commit checkpoints beside the job a restart starts on the same URL."""
-    if not sys.platform.startswith("linux"):
-        return
-    launcher = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != launcher:  # it died before the request took effect
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    die_with_launcher()
+    end_with_launcher()  # torchrun runs workers in sessions of their own
     init_distributed("nccl" if torch.cuda.is_available() else "gloo")
     train(args)
     gc.collect()  # DDP sits in a reference cycle: free it and its reference to the process group now

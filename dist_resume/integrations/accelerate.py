@@ -122,11 +122,20 @@ def _read_saved_state(input_dir: str, index: int) -> dict[str, Any]:
             merged.update(state_from_json(text))
         except (ValueError, KeyError, TypeError) as error:
             raise ResumeStateError(f"loader state file {path} is not a loader state: {error}") from None
-    world_size = decode(merged).any.world_size
+    saved = decode(merged)
+    world_size = saved.any.world_size
     if ranks != list(range(world_size)):
         raise ResumeStateError(
             f"accelerate checkpoint {input_dir} holds loader {index}'s state for ranks {ranks} of a job of "
             f"{world_size}; every rank's file is needed (save_state's directory must be on storage "
             "that every process sees)"
         )
+    try:
+        saved.require_one_save()
+    except ResumeStateError as error:
+        raise ResumeStateError(
+            f"accelerate checkpoint {input_dir}, loader {index}: {error}. save_state into one directory is not "
+            "atomic across processes: save into a new directory each time (ProjectConfiguration("
+            "automatic_checkpoint_naming=True)) and resume from the newest one that every process completed"
+        ) from None
     return merged

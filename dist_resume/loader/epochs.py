@@ -7,12 +7,15 @@ import warnings
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.progress import Progress
 from dist_resume.positions.elastic_plan import Plan
+from dist_resume.positions.layout import TailMode
+from dist_resume.state.fields import Sampling
 from dist_resume.streams.sharded import ShardedStream
 
 
 class EpochChoice:
     """The epoch methods of `ResumableDataLoader` (a mixin over the loader's position:
-    `_progress`, `_plan_values`, `_dataset_length`, `_resume_pending`, `_generation`)."""
+    `_progress`, `_plan_values`, `_dataset_length`, `_resume_pending`, `_generation`, and
+    its `_layout`)."""
 
     @property
     def epoch(self) -> int:
@@ -79,3 +82,18 @@ class EpochChoice:
             set_epoch = getattr(target, "set_epoch", None)
             if callable(set_epoch) and not isinstance(target, ShardedStream):
                 set_epoch(epoch)
+
+    def padding_positions(self, epoch: int | None = None) -> list[int]:
+        """Positions of `epoch`'s order (default: the current) that this rank's final batch
+        repeats as padding (G2, `drop_last=False, even_batches=True`); [] if none."""
+        progress = self._next_progress()
+        if epoch is not None and epoch != progress.epoch:
+            progress = Progress(epoch, self._plan_for(epoch))
+        if self._sampling is not Sampling.EPOCH_ORDER or self._mode is not TailMode.PAD:
+            return []
+        layout = self._layout(progress)
+        last = layout.num_batches(self.rank) - 1
+        if last < 0:
+            return []
+        batch = layout.batch(self.rank, last)
+        return [(batch.padding_start + i) % self._dataset_length for i in range(batch.padding)]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
@@ -32,7 +32,7 @@ from dist_resume.randomness.per_sample import parse_choice
 from dist_resume.randomness.sampler import SamplerRandomness
 from dist_resume.state.fields import Identity, Sampling
 from dist_resume.state.skips import SkipLedger
-from dist_resume.streams.cursor import StreamCursor
+from dist_resume.streams.cursor import stream_cursor
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.workers.roles import UserDatasetInit, is_stateful
 
@@ -76,8 +76,12 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
       or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
       own seed (G4), in an order that is not the uninterrupted one (no G3).
 
-    An `IterableDataset` is resumed per worker (same world size and `num_workers`); a
-    `ShardedStream` at any, as map-style data is (G1-G3, even ends; see `ShardedStream`).
+    An `IterableDataset` is resumed per worker (same world size and `num_workers`). A
+    `ShardedStream`, or a Mixture of them, keeps the map-style promises: its global batches
+    are the same at every world size and `num_workers` for one global batch size (G3), every
+    item comes once per epoch across any resumes, also at another global batch (G2), every
+    rank gets `len(loader)` batches per epoch (`drop_last`, `even_batches` as for map-style
+    data), its state is a few integers (docs/stream-determinism.md, docs/stream-mixtures.md).
 
     Iteration follows torchdata's `StatefulDataLoader`: each `iter()` is a new pass, the
     next epoch once the current one has yielded a batch (so a batch peeked with
@@ -144,7 +148,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         if seed is None:
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
-        self._stream = StreamCursor(dataset, num_workers, snapshot_every, persistent_workers, self.world_size, batch_size or 1) if isinstance(dataset, IterableDataset) else None
+        self._stream = stream_cursor(dataset, sampler is not None or batch_sampler is not None, num_workers,
+                                     snapshot_every, persistent_workers, self.world_size, batch_size or 1)
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -172,6 +177,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         self._mode = TailMode.of(drop_last, even_batches)
         self._dataset_length = self._current_length()
         self._progress = Progress(0, Plan(self._dataset_length, self._mode, 0))
+        self._global_step = 0  # global steps of the run this rank took part in (saved: mixed saves are refused)
         # A state was loaded: the next iter() continues it exactly, even into no batches.
         self._resume_pending = False
         # The elastic plan this job loaded: fixed until the next load, so that every rank
@@ -207,21 +213,6 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
             return self._layout(progress).num_batches(self.rank)
         batches = -1 if self._stream is None else self._stream.batches(self, progress, progress is not self._progress)
         return batches if batches >= 0 else super().__len__()
-
-    def padding_positions(self, epoch: int | None = None) -> list[int]:
-        """Positions of `epoch`'s order (default: the current) that this rank's final batch
-        repeats as padding (G2, `drop_last=False, even_batches=True`); [] if none."""
-        progress = self._next_progress()
-        if epoch is not None and epoch != progress.epoch:
-            progress = Progress(epoch, self._plan_for(epoch))
-        if self._sampling is not Sampling.EPOCH_ORDER or self._mode is not TailMode.PAD:
-            return []
-        layout = self._layout(progress)
-        last = layout.num_batches(self.rank) - 1
-        if last < 0:
-            return []
-        batch = layout.batch(self.rank, last)
-        return [(batch.padding_start + i) % self._dataset_length for i in range(batch.padding)]
 
     # -- iteration ----------------------------------------------------------------
 
@@ -286,6 +277,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
     def _consumed(self) -> None:
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
+        self._global_step += 1
         if not self.in_order:
             return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
@@ -296,4 +288,8 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
     def _exhausted(self) -> None:
         # The pass ended: from now on the loader stands at the start of the next epoch,
         # which is what a state taken now resumes (as StatefulDataLoader's does).
+        if self._sampling is Sampling.EPOCH_ORDER:
+            # A rank with a batch less (even_batches=False) ends its pass during the last global
+            # step, which its peers train: it counts that step as they do.
+            self._global_step += self._layout(self._progress).num_batches(0) - self._pass_batches
         self._switch_epoch(self._progress.epoch + 1)

@@ -6,14 +6,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from dist_resume.arguments import checked_flag
 from dist_resume.loader.dataset_states import DATASET_KEY
 from dist_resume.loader.progress import Progress
 from dist_resume.positions.dataset_order import definition_digest, resume_definition, save_definition
 from dist_resume.positions.remap import resume_rank
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
 from dist_resume.state.delivered import DELIVERED_KEY, Delivered
-from dist_resume.state.fields import FORMAT_VERSION, RankState, encode, plan_digest, rank_key
-from dist_resume.state.saved import decode
+from dist_resume.state.fields import FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
+from dist_resume.state.saved import SavedStates, decode
 from dist_resume.streams.cursor import STREAM_KEY
 
 
@@ -41,6 +42,7 @@ class LoaderState:
             epoch_finished=int(progress.finished),
             plan_digest=plan_digest(self._plan_values),
             dataset_digest=definition_digest(self.dataset),
+            global_step=self._global_step,
         )
         sampler_state = None
         if callable(getattr(self._user_sampler, "state_dict", None)):
@@ -60,15 +62,23 @@ class LoaderState:
             state_dict[rank_key(self.rank)][SAMPLER_RNG_KEY] = sampler_rng
         return state_dict
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, independent_ranks: bool = False) -> None:
         """Continue from a saved state at the next `iter()` (G1, G6). `state_dict` holds this
         rank's entry, or the entries of every saved rank (needed when the world size or the
         batch size changed: the remaining samples are then re-partitioned, G2, G3).
+
+        Entries of one save stand at one global step; entries at different steps come from
+        different saves (a rank stopped between its training step and the save) and are
+        refused. Ranks that do not train in lockstep (no DDP: each stops where it stops)
+        pass `independent_ranks=True`: their entries are resumed exactly once (G2) wherever
+        each stopped.
 
         A refused state (`ResumeStateError`) changes nothing: the seed, epoch, position,
         plan, a Mixture's schedule and a stream's records are checked and prepared first,
         and only applied once the whole state is accepted."""
         saved = decode(state_dict)
+        if not checked_flag("independent_ranks", independent_ranks):
+            saved.require_one_save(lambda rank: _steps_sat_out(saved, rank))
         length = self._current_length()
         seed = self.seed if self._seed_given else saved.any.seed  # a default seed is adopted
         adopt_definition = resume_definition(self.dataset, state_dict, saved)
@@ -76,8 +86,11 @@ class LoaderState:
         own_entry = state_dict.get(rank_key(self.rank), {})
         if self._stream is not None:
             own, adopt_stream = self._stream.accept(state_dict, saved, self.rank, self.world_size)
-            self._adopt(length, seed, adopt_definition)
+            # A stream's ranks count the same global steps at any world size: no renumbering.
+            skips = self._saved_skips(state_dict, saved, False)
+            self._adopt(saved, length, seed, adopt_definition)
             adopt_stream()
+            self._skips = skips
             self._progress = Progress(own.epoch, self._plan_for(own.epoch), own.batches_consumed,
                                        own.samples_consumed, bool(own.epoch_finished))
             return
@@ -90,7 +103,7 @@ class LoaderState:
         else:
             finished = bool(saved.ranks[self.rank].epoch_finished)
         skips = self._saved_skips(state_dict, saved, resume.remapped)
-        self._adopt(length, seed, adopt_definition)
+        self._adopt(saved, length, seed, adopt_definition)
         self._skips = skips
         adopt_dataset_states()
         adopt_sampler_rng()
@@ -98,9 +111,10 @@ class LoaderState:
         self._progress = Progress(resume.epoch, resume.plan, resume.batches_consumed, resume.samples_consumed, finished)
         self._sampler_snapshot = saved.sampler_states.get(self.rank)
 
-    def _adopt(self, length: int, seed: int, adopt_definition: Callable[[], None]) -> None:
+    def _adopt(self, saved: SavedStates, length: int, seed: int, adopt_definition: Callable[[], None]) -> None:
         """What every accepted state changes; a running iterator stops at its next batch."""
         self._dataset_length = length
+        self._global_step = saved.global_step
         if seed != self.seed:
             self.seed = seed
             # The inner loader's dataset wrapper, and its workers' copies, seed samples from
@@ -109,3 +123,12 @@ class LoaderState:
         adopt_definition()
         self._resume_pending = True
         self._generation += 1
+
+
+def _steps_sat_out(saved: SavedStates, rank: int) -> int:
+    """Global steps at the end of its finished epoch that `rank` has no batch of (even_batches=False)."""
+    state = saved.ranks[rank]
+    if not state.epoch_finished or Sampling(state.sampling) is not Sampling.EPOCH_ORDER:
+        return 0
+    layout = resume_rank(saved, state.world_size, state.batch_size, rank).layout
+    return layout.num_batches(0) - layout.num_batches(rank)

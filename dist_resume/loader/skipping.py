@@ -7,13 +7,16 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+
 from dist_resume.arguments import checked_int
-from dist_resume.positions.skip_span import skip_span
+from dist_resume.loader.progress import Progress
+from dist_resume.positions.skip_span import SkipSpan, skip_span
 from dist_resume.state.fields import Sampling, rank_key
 from dist_resume.state.saved import SavedStates
 from dist_resume.state.skips import SKIPS_KEY, SkipLedger, SkippedRange, saved_ledger
 
-_SUPPORTED = "skip() supports a map-style dataset or a Mixture in the loader's own order"
+_SUPPORTED = ("skip() supports a map-style dataset, a Mixture or a ShardedStream (and Mixtures of them) in the "
+              "loader's own order")
 
 
 class BatchSkipping:
@@ -22,7 +25,10 @@ class BatchSkipping:
 
     def skip(self, batches: int) -> int:
         """Pass over the next `batches` global batches of the epoch the next `iter()` serves,
-        without reading any of their samples; return how many were skipped.
+        without reading any of their samples (a `ShardedStream`, or a Mixture of them, reads
+        past them instead: whole shards are passed over by their item counts, and each
+        canonical stream reads its current shard up to the new position); return how many
+        were skipped.
 
         Every rank calls it with the same number (a collective save refuses ranks that
         skipped differently). The skipped positions count as consumed (G2): no rank trains
@@ -32,11 +38,12 @@ class BatchSkipping:
         and the batches its workers prefetched are dropped, never yielded. A skip that
         reaches past the epoch's end stops there: it returns the batches it skipped and
         warns; the next `iter()` then yields no batch, and the one after starts the next
-        epoch. Streams (IterableDataset) and custom samplers are refused."""
+        epoch. Other IterableDatasets and custom samplers are refused."""
         batches = checked_int("batches", batches, 0)
-        if self._stream is not None:
-            raise ValueError(f"{_SUPPORTED}; this loader reads an IterableDataset, whose streams cannot skip yet")
-        if self._sampling is not Sampling.EPOCH_ORDER:
+        if self._stream is not None and not self._stream.skippable:
+            raise ValueError(f"{_SUPPORTED}; this loader reads an IterableDataset other than a ShardedStream, "
+                             "whose stream has no positions to skip to")
+        if self._stream is None and self._sampling is not Sampling.EPOCH_ORDER:
             raise ValueError(f"{_SUPPORTED}; this loader takes its indices from a custom sampler or batch_sampler")
         if batches == 0:
             return 0
@@ -50,14 +57,13 @@ class BatchSkipping:
                 f"beyond its consumed prefix (batches {', '.join(map(str, progress.delivered.holes))} are still in "
                 "flight): skip between passes, or after load_state_dict / load_checkpoint"
             )
-        layout = self._layout(progress)
         # A rank that has served all its batches (with even_batches=False, one fewer than
         # rank 0's, perhaps) has nothing left of the epoch to skip.
-        span = skip_span(progress.plan, layout, self.rank, progress.batches, 0 if progress.finished else batches)
+        span = self._span(progress, 0 if progress.finished else batches)
         if span.steps:
             progress.batches += span.rank_batches
             progress.samples += span.rank_slots
-            progress.finished = progress.batches == layout.num_batches(self.rank)
+            progress.finished = progress.batches == self._epoch_batches(progress)
             progress.delivered = None  # in_order=False: the next pass numbers its batches from the new prefix
             first = self._skips.global_batch(progress.epoch, span.first_step)
             self._skips = self._skips.adding(SkippedRange(
@@ -72,6 +78,20 @@ class BatchSkipping:
                 stacklevel=2,
             )
         return span.steps
+
+    def _span(self, progress: Progress, steps: int) -> SkipSpan:
+        if self._stream is None:
+            return skip_span(progress.plan, self._layout(progress), self.rank, progress.batches, steps)
+        # A stream reads past what it skips: its readers start at the new position, passing
+        # over whole shards by their item counts and reading the current shard up to it.
+        moved = self._stream.skip(self, progress.epoch, self.rank, steps)
+        return SkipSpan(progress.batches, moved.steps, moved.rank_batches, moved.rank_items, moved.first_position,
+                        moved.stop_position, moved.stop_position - moved.first_position)
+
+    def _epoch_batches(self, progress: Progress) -> int:
+        if self._stream is None:
+            return self._layout(progress).num_batches(self.rank)
+        return self._stream.batches(self, progress, False)
 
     @property
     def skipped(self) -> tuple[SkippedRange, ...]:

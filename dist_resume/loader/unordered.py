@@ -21,6 +21,8 @@ def check_unordered(dataset: Dataset, sampling: Sampling, stateful_dataset: bool
     supported = "in_order=False is supported for map-style datasets and Mixtures in the loader's own order"
     if isinstance(dataset, IterableDataset):
         raise ValueError(f"{supported}; this dataset is an IterableDataset: use in_order=True")
+    if sampling is Sampling.STREAM:
+        raise ValueError(f"{supported}; this Mixture has ShardedStream sources, read as streams: use in_order=True")
     if sampling is not Sampling.EPOCH_ORDER:
         raise ValueError(f"{supported}; this loader has a custom sampler or batch_sampler: use in_order=True")
     if stateful_dataset:

@@ -19,7 +19,7 @@ def describe(state_dict: Mapping[str, Any], saved: SavedStates) -> list[str]:
     if values is None:
         return []
     definition = Definition.decode(values)
-    position = frontier(saved)
+    position = frontier(saved, state_dict)
     length = saved.any.dataset_length
     lines = [f"  mixture of {len(definition.names)} sources, weights (quotas) {definition.describe_stages()}",
              f"  run position {position} (epoch {position // length}, position {position % length}): "

@@ -13,8 +13,11 @@ from dist_resume.mixtures.definition import Definition
 from dist_resume.mixtures.progress import SourceProgress, frontier, source_progress
 from dist_resume.mixtures.schedule import Schedule, WeightsOrStages, parse_stages
 from dist_resume.mixtures.source_orders import SourceOrders
+from dist_resume.mixtures.stream_sources import agreed_canonical_streams, source_length
+from dist_resume.mixtures.stream_steps import MixtureSteps
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.saved import SavedStates, decode
+from dist_resume.streams.sharded import ShardedStream
 
 
 class MixtureOrder:
@@ -31,8 +34,9 @@ class MixtureOrder:
 
 
 class Mixture(Dataset):
-    """Named map-style sources blended by weights; position `p` of the run reads one sample
-    of one source, fixed by arithmetic on `p` and the weights (nothing is materialized).
+    """Named sources (map-style datasets and `ShardedStream`s) blended by weights; position
+    `p` of the run reads one sample of one source, fixed by arithmetic on `p` and the
+    weights (nothing is materialized).
 
     - `weights`: `{name: weight}`, or stages `[(start, {name: weight}), ...]` (the first at
       0) over the run's positions `epoch * length + p`. Over any `W` consecutive positions
@@ -54,19 +58,30 @@ class Mixture(Dataset):
     With `ResumableDataLoader` every loader guarantee holds: it reads positions through
     `position_order` (the mixture's positions are never permuted), seeds each sample from
     its position (G4) and saves the definition with its state.
+
+    A `ShardedStream` source's length is its items, and its source-epoch one pass over its
+    epoch order (`stream_steps`: its draw `k` is item `k % len` of its order of epoch
+    `k // len`). With stream sources the loader reads the mixture by global steps as it
+    reads one stream: the same global batches at any world size and `num_workers` (G3),
+    each source once per source-epoch, the state a few integers; the loader's `shuffle`
+    orders the map-style sources only, and samples are seeded per worker stream, not per
+    position. `canonical_streams`: the canonical stream count of every stream source; the
+    sources must agree on it (`ValueError` naming them otherwise); None: theirs, or the
+    first run's slot count. Stream sources are not indexed (`mixture[i]` is a TypeError).
     """
 
-    def __init__(self, sources: Mapping[str, Dataset], weights: WeightsOrStages, length: int | None = None,
-                 *, reweight: bool = False) -> None:
+    def __init__(self, sources: Mapping[str, Dataset | ShardedStream], weights: WeightsOrStages,
+                 length: int | None = None, *, reweight: bool = False, canonical_streams: int | None = None) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise ValueError("Mixture needs a non-empty mapping {name: dataset} of sources")
         for name in sources:
             if not isinstance(name, str) or not name or "\0" in name:
                 raise ValueError(f"Mixture source names must be non-empty strings without NUL, got {name!r}")
         self.names = tuple(sources)
-        self.lengths = tuple(len(sources[name]) for name in self.names)
-        for name, source_length in zip(self.names, self.lengths):
-            if source_length < 1:
+        self.canonical_streams = agreed_canonical_streams(sources, canonical_streams)
+        self.lengths = tuple(source_length(sources[name]) for name in self.names)
+        for name, count in zip(self.names, self.lengths):
+            if count < 1:
                 raise ValueError(f"Mixture source {name!r} is empty")
         self._sources = [sources[name] for name in self.names]
         if length is None:
@@ -90,6 +105,9 @@ class Mixture(Dataset):
             source, index = key  # the loader's keys: unpacking is the cheapest test
         except TypeError:
             ((source, index),) = self.keys([key])
+        if isinstance(self._sources[source], ShardedStream):
+            raise TypeError(f"Mixture source {self.names[source]!r} is a ShardedStream, which is read by canonical "
+                            "streams, not by index: read this Mixture through ResumableDataLoader")
         return self._sources[source][index]
 
     def keys(self, positions: Sequence[int] | torch.Tensor, seed: int = 0, shuffle: bool = False) -> list[tuple[int, int]]:
@@ -106,10 +124,16 @@ class Mixture(Dataset):
     def progress(self, at: int | Mapping[str, Any]) -> dict[str, SourceProgress]:
         """Per source, its draws before run position `at`, or before the frontier of a loader
         state (`loader.state_dict()`: past every position its ranks consumed)."""
-        position = frontier(decode(at)) if isinstance(at, Mapping) else checked_int("position", at, 0)
+        position = frontier(decode(at), at) if isinstance(at, Mapping) else checked_int("position", at, 0)
         return source_progress(self.definition, self.schedule, position)
 
-    # -- the ResumableDataLoader protocol (see dist_resume.positions.dataset_order) ---------
+    # -- the ResumableDataLoader protocols (positions.dataset_order, streams.steps) ---------
+
+    def step_source(self, seed: int, shuffle: bool) -> MixtureSteps | None:
+        """With stream sources, what reads this Mixture by global steps; else None."""
+        if not any(isinstance(source, ShardedStream) for source in self._sources):
+            return None
+        return MixtureSteps(self, self._sources, seed, shuffle)
 
     def position_order(self, seed: int, epoch: int, shuffle: bool) -> MixtureOrder:
         return MixtureOrder(self.schedule, SourceOrders(self.names, self.lengths, seed, shuffle), epoch * self.length)
@@ -120,7 +144,8 @@ class Mixture(Dataset):
     def definition_digest(self) -> int:
         return self.definition.sources_digest()
 
-    def resume_definition(self, values: list[int] | None, saved: SavedStates) -> Callable[[], None]:
+    def resume_definition(self, values: list[int] | None, saved: SavedStates,
+                          state_dict: Mapping[str, Any]) -> Callable[[], None]:
         if values is None:
             raise ResumeStateError("loader state was saved without a Mixture; this loader's dataset is a Mixture")
         theirs = Definition.decode(values)
@@ -140,7 +165,7 @@ class Mixture(Dataset):
                 "weights from the resume position on"
             )
         saved.require_complete("changing a Mixture's weights")
-        merged = saved_schedule.rebased(self._requested, frontier(saved))
+        merged = saved_schedule.rebased(self._requested, frontier(saved, state_dict))
 
         def adopt() -> None:
             self.schedule = merged

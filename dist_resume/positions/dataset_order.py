@@ -8,8 +8,9 @@ A dataset takes part by defining all four of:
 - `definition_state()`: its definition as a list of ints, saved in the loader state
   under `DEFINITION_KEY` (replicated, G8);
 - `definition_digest()`: an int that a state must share with the loader (G6);
-- `resume_definition(values, saved)`: called by `load_state_dict` before the identity
-  check with the saved definition (None if the state has none) and the decoded states;
+- `resume_definition(values, saved, state_dict)`: called by `load_state_dict` before the
+  identity check with the saved definition (None if the state has none), the decoded
+  states and the loader state itself;
   raises `ResumeStateError`, or returns what to apply once the whole state is accepted.
 """
 
@@ -60,5 +61,5 @@ def saved_definition(state_dict: Mapping[str, Any]) -> list[int] | None:
 def resume_definition(dataset: Any, state_dict: Mapping[str, Any], saved: SavedStates) -> Callable[[], None]:
     """Checks the saved definition against the dataset's; returns what adopts it."""
     if owns_order(dataset):
-        return dataset.resume_definition(saved_definition(state_dict), saved)
+        return dataset.resume_definition(saved_definition(state_dict), saved, state_dict)
     return lambda: None

@@ -30,6 +30,8 @@ FORMAT_VERSION = 1
 # Far above any job; keeps every O(world size) step of a resume (and of the CLI) bounded.
 MAX_WORLD_SIZE = 2**20
 RANK_PREFIX = "rank_"
+FIRST_FIELDS = 17  # the fields of the first states of FORMAT_VERSION 1; later ones were appended
+UNKNOWN_STEP = -1  # RankState.global_step of a state saved before the step was recorded
 
 
 class ResumeStateError(ValueError):
@@ -82,6 +84,10 @@ class RankState:
     epoch_finished: int
     plan_digest: int
     dataset_digest: int = 0
+    # Appended fields keep a default: a state saved before them holds a prefix (FIRST_FIELDS).
+    # The global step of the run this rank's loader stood at (every rank of a lockstep job
+    # counts alike, G6 "mixed saves"); UNKNOWN_STEP in states saved before it was recorded.
+    global_step: int = UNKNOWN_STEP
 
     @property
     def identity(self) -> Identity:
@@ -110,11 +116,11 @@ class RankState:
                 f"loader state entry {key!r} has format version {numbers[0]}; "
                 f"this dist_resume reads version {FORMAT_VERSION}"
             )
-        if len(numbers) != len(FIELDS):
+        if not FIRST_FIELDS <= len(numbers) <= len(FIELDS):
             raise ResumeStateError(
                 f"loader state entry {key!r} has {len(numbers)} fields, version {FORMAT_VERSION} has {len(FIELDS)}"
             )
-        state = cls(*numbers)
+        state = cls(*numbers)  # fields appended since the state was saved take their defaults
         try:
             Sampling(state.sampling)
         except ValueError:

@@ -4,7 +4,7 @@ does not fit is one ResumeStateError naming it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from dist_resume.state.fields import (
     Identity,
     RankState,
     ResumeStateError,
+    UNKNOWN_STEP,
     Sampling,
     plan_digest,
 )
@@ -66,6 +67,39 @@ class SavedStates:
             )
         return epochs.pop()
 
+    @property
+    def global_step(self) -> int:
+        """The global step a loader continues from: the entries' (the furthest, if they
+        differ), 0 if none was recorded (a state saved before steps were)."""
+        return max(0, max(state.global_step for state in self.ranks.values()))
+
+    def require_one_save(self, sat_out: Callable[[int], int] = lambda rank: 0) -> None:
+        """Every entry was taken at one global step of a lockstep job: entries of different
+        saves (a rank that stopped between a training step and the save, files of two saves
+        merged) are refused, naming where each rank stood. A rank that consumed its whole
+        epoch may stand ``sat_out(rank)`` steps behind (the final steps it has no batch of,
+        even_batches=False). Outside the loader's own epoch order (a custom sampler, a
+        stream) a rank's pass may end before its peers', so there the ranks that are into
+        an epoch must stand at the same batch of the same epoch, and a rank at an epoch's
+        start may be behind."""
+        places: dict[tuple[int, ...], list[int]] = {}
+        reach = []  # per rank of the epoch order: the steps it may stand at
+        for rank, state in sorted(self.ranks.items()):
+            if Sampling(state.sampling) is Sampling.EPOCH_ORDER:
+                places.setdefault((state.global_step,), []).append(rank)
+                reach.append((state.global_step, state.global_step + sat_out(rank)))
+            elif state.batches_consumed:
+                places.setdefault((state.epoch, state.batches_consumed), []).append(rank)
+        one_step = max((low for low, _ in reach), default=0) <= min((high for _, high in reach), default=0)
+        if len(places) <= 1 or (one_step and len(reach) == len(self.ranks)):
+            return
+        listed = "; ".join(f"ranks {ranks} at {_place(place)}" for place, ranks in sorted(places.items(), reverse=True))
+        raise ResumeStateError(
+            f"loader state entries come from different saves ({listed}): a rank stopped between a training "
+            "step and the save, or states of different saves were merged; resume from a checkpoint that every "
+            "rank saved at one step (if the ranks do not train in lockstep, load with independent_ranks=True)"
+        )
+
     def check_identity(self, identity: Identity) -> None:
         """G6: a state for another dataset, seed, shuffle or sharding mode is refused."""
         saved = self.any.identity
@@ -94,6 +128,14 @@ class SavedStates:
                 f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
                 f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
             )
+
+
+def _place(place: tuple[int, ...]) -> str:
+    if len(place) == 2:
+        return f"batch {place[1]} of epoch {place[0]}"
+    if place[0] == UNKNOWN_STEP:
+        return "an unrecorded global step (saved by an older dist_resume)"
+    return f"global step {place[0]}"
 
 
 _SAMPLING_WORDS = {
@@ -188,6 +230,8 @@ def _check_counts(state: RankState) -> None:
         problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
     if not 0 <= state.seed:
         problems.append(f"seed {state.seed}")
+    if state.global_step < UNKNOWN_STEP:
+        problems.append(f"global step {state.global_step}")
     for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
         if getattr(state, flag) not in (0, 1):
             problems.append(f"{flag} {getattr(state, flag)}")

@@ -3,6 +3,7 @@ link, every write fsynced with its directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -73,6 +74,20 @@ class LocalStore(CheckpointStore):
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise self.loc.error("create", path, exc) from None
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Written and fsynced under a private name, then renamed over ``path``."""
+        private = f"{path}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(private, "xb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(private, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(private)
+            raise self.loc.error("write", path, exc) from None
 
     def remove_tree(self, path: str) -> None:
         try:

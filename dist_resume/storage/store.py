@@ -56,6 +56,11 @@ class CheckpointStore(ABC):
         created it. Readers see all of ``data`` or nothing."""
 
     @abstractmethod
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Store ``data`` at ``path``, replacing what is there; readers see the old or the
+        new bytes, whole."""
+
+    @abstractmethod
     def remove_tree(self, path: str) -> None:
         """Delete every file under ``path`` (no pattern expansion)."""
 

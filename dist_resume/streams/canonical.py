@@ -17,16 +17,17 @@ position every rank reached (G2).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dist_resume.positions.layout import TailMode
 
 
 class Piece(NamedTuple):
-    """Items `[start, start + count)` of canonical stream `stream`, placed at `offset` of a
-    batch; `padding`: repeated from the stream's start to fill the final step."""
+    """Items `[start, start + count)` of canonical stream `stream` (or of the reader another
+    step source's key names), placed at `offset` of a batch; `padding`: repeated from the
+    stream's start to fill the final step."""
 
-    stream: int
+    stream: Any
     start: int
     count: int
     offset: int
@@ -125,6 +126,10 @@ class StepLayout:
                 real.append(piece._replace(offset=offset))
                 offset += piece.count
         return real
+
+    def owner(self, stream: int, roles: int) -> int:
+        """The worker role of a rank that reads canonical stream `stream` for it."""
+        return owner(stream, roles)
 
 
 def owner(stream: int, roles: int) -> int:

@@ -7,7 +7,8 @@ batches to workers in a cycle (skipping exhausted ones), so a resumed loader rot
 roles (`play_role`) to start the cycle at the role after the last yielded batch (G1).
 
 Two kinds of stream:
-- `ShardedStream`: each worker returns its part of every batch of the rank, and the parts
+- `ShardedStream` (and any step source, such as a `Mixture` of streams, see `steps`): each
+  worker returns its part of every batch of the rank, and the parts
   of a batch are joined here (`steps`); progress is the global step of the rank's next
   batch, and a resume at any world size and `num_workers` continues the same global
   batches from the step every rank reached (G2, G3).
@@ -34,13 +35,24 @@ from dist_resume.streams.hf_buffers import check_resumable
 from dist_resume.positions.layout import TailMode
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
 from dist_resume.streams.records import SnapshotRecords
-from dist_resume.streams.sharded import ShardedStream
-from dist_resume.streams.step_records import StepRecords
-from dist_resume.streams.steps import BatchCollate, StepSettings, joined
+from dist_resume.streams.step_records import StepRecords, StreamSkip
+from dist_resume.streams.steps import BatchCollate, StepSettings, joined, step_source
 from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
 STREAM_KEY = "stream"
+
+
+def stream_cursor(dataset: Any, sampled: bool, *args: Any) -> StreamCursor | None:
+    """The cursor of a dataset read as a stream (an IterableDataset, or a step source such
+    as a Mixture of streams, which takes no sampler: `sampled`), else None; `args` as for
+    `StreamCursor`."""
+    if not isinstance(dataset, IterableDataset) and step_source(dataset) is None:
+        return None
+    if sampled and not isinstance(dataset, IterableDataset):  # torch's DataLoader refuses one for an IterableDataset
+        raise ValueError("a Mixture with ShardedStream sources orders its own global batches: ResumableDataLoader "
+                         "takes no sampler or batch_sampler for it")
+    return StreamCursor(dataset, *args)
 
 
 class StreamCursor:
@@ -51,8 +63,9 @@ class StreamCursor:
         snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
-        if isinstance(dataset, ShardedStream):
-            self._records: SnapshotRecords | StepRecords = StepRecords(dataset, world_size * self.roles, world_size,
+        source = step_source(dataset)
+        if source is not None:
+            self._records: SnapshotRecords | StepRecords = StepRecords(source, world_size * self.roles, world_size,
                                                                         batch_size)
         else:
             check_resumable(dataset)
@@ -104,7 +117,8 @@ class StreamCursor:
         )
 
     def _settings(self, owner: DataLoader, epoch: int, rank: int) -> StepSettings:
-        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)))
+        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)),
+                                      owner.seed, owner.shuffle)
 
     def batches(self, owner: DataLoader, progress: Any, fresh: bool) -> int:
         """Batches this rank yields in `progress`'s epoch in total (`fresh`: an epoch the
@@ -114,6 +128,15 @@ class StreamCursor:
             return -1
         settings = self._settings(owner, progress.epoch, owner.rank)
         return progress.batches + self._records.num_batches(settings._replace(origin=0) if fresh else settings)
+
+    @property
+    def skippable(self) -> bool:
+        """Whether `skip` can pass over this stream's steps (read by global steps)."""
+        return isinstance(self._records, StepRecords)
+
+    def skip(self, owner: DataLoader, epoch: int, rank: int, steps: int) -> StreamSkip:
+        """Pass over the next `steps` global steps of `epoch` (see `StepRecords.skip`)."""
+        return self._records.skip(self._settings(owner, epoch, rank), steps)
 
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:
         """The batches of `inner`, recorded as they are handed on; `sizes` gets each batch's size."""

@@ -112,6 +112,13 @@ class ShardedStream(IterableDataset):
             self._lengths = [checked_int(f"lengths[{i}]", count, 0, INT64_LIMIT) for i, count in enumerate(lengths)]
         self.epoch = 0
 
+    kind_name = "ShardedStream"  # what errors call it (see streams.steps)
+
+    @property
+    def saved_length(self) -> int:
+        """What a loader's state calls the dataset length: the number of shards."""
+        return len(self.shards)
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch a plain DataLoader reads next (ResumableDataLoader sets its own)."""
         self.epoch = checked_int("epoch", epoch, 0, INT64_LIMIT)

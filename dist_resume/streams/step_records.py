@@ -1,4 +1,5 @@
-"""What the main process records of a `ShardedStream`: the epoch position its rank's next
+"""What the main process records of a `ShardedStream` (or another step source, see
+`steps`): the epoch position its rank's next
 batch starts at, and the few integers that fix the epoch's order; saved as a rank's stream
 entry, and checked and continued from on resume at any world size and `num_workers`."""
 
@@ -6,16 +7,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from dist_resume.positions.layout import TailMode
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
-from dist_resume.streams.sharded import ShardedStream
-from dist_resume.streams.steps import StepResume, StepSettings, step_layout
+from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
 from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
+
+
+class StreamSkip(NamedTuple):
+    """Global steps a skip passed over, this rank's share of them, and the epoch positions
+    `[first_position, stop_position)` they held (padding excluded)."""
+
+    steps: int
+    rank_batches: int
+    rank_items: int  # this rank's slots among them, padding included: its consumed items
+    first_position: int
+    stop_position: int
 
 
 class StepRecords:
@@ -24,7 +35,8 @@ class StepRecords:
     kind = CANONICAL_KIND
     carry = False  # every pass starts from its position alone
 
-    def __init__(self, stream: ShardedStream, slots: int, world_size: int, batch_size: int) -> None:
+    def __init__(self, stream: Any, slots: int, world_size: int, batch_size: int) -> None:
+        """`stream`: a step source (see `steps`)."""
         self._stream = stream
         self.canonical_streams = stream.canonical_streams or slots
         self.world_size = world_size
@@ -34,7 +46,7 @@ class StepRecords:
     @property
     def length(self) -> int:
         """What the loader's state calls the dataset length: the number of shards."""
-        return len(self._stream.shards)
+        return self._stream.saved_length
 
     @property
     def global_batch(self) -> int:
@@ -43,9 +55,9 @@ class StepRecords:
     def start_epoch(self) -> None:
         self._position = 0
 
-    def settings(self, epoch: int, rank: int, mode: TailMode) -> StepSettings:
+    def settings(self, epoch: int, rank: int, mode: TailMode, seed: int, shuffle: bool) -> StepSettings:
         return StepSettings(epoch, rank, self.world_size, self.batch_size, mode, self.canonical_streams,
-                            self._position)
+                            self._position, seed, shuffle)
 
     def resume(self, settings: StepSettings, collate: Callable[[list[Any]], Any]) -> StepResume:
         self._stream.lengths()  # counted here once, before workers copy the stream
@@ -57,6 +69,21 @@ class StepRecords:
 
     def record(self, position: int) -> None:
         self._position = position
+
+    def skip(self, settings: StepSettings, steps: int) -> StreamSkip:
+        """Pass over the next `steps` global steps from this rank's position (fewer at the
+        epoch's end): the position moves past them, and the next pass's readers start there."""
+        layout = step_layout(self._stream, settings)
+        # Rank 0 serves every global step of the epoch, the final partial one included.
+        steps = min(steps, layout.num_batches(0))
+        rank_batches = min(steps, layout.num_batches(settings.rank))
+        rank_items = 0
+        if rank_batches:
+            last = sum(piece.count for piece in layout.batch(settings.rank, rank_batches - 1))
+            rank_items = (rank_batches - 1) * settings.batch_size + last
+        stop = layout.end(steps - 1) if steps else settings.origin
+        self._position = stop
+        return StreamSkip(steps, rank_batches, rank_items, settings.origin, stop)
 
     def digest(self) -> int:
         return self._stream.digest
@@ -89,7 +116,7 @@ class StepRecords:
             position, finished, furthest = _common_position(positions, saved)
             own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
                                       global_batch=self.global_batch, epoch_finished=int(finished))
-        total = sum(self._stream.lengths())
+        total = epoch_items(self._stream)
         if position > total:
             raise ResumeStateError(f"{where(first_rank)} field {CANONICAL!r} says epoch position {position} of an "
                                    f"epoch of {total} items")
@@ -103,11 +130,11 @@ class StepRecords:
         stream = self._stream
         if stream.canonical_streams is not None and position.canonical_streams != stream.canonical_streams:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with canonical_streams="
-                                   f"{position.canonical_streams}; this ShardedStream has canonical_streams="
+                                   f"{position.canonical_streams}; this {stream.kind_name} has canonical_streams="
                                    f"{stream.canonical_streams}")
         if position.reader_digest != stream.reader_digest:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with another reader (digest "
-                                   f"{position.reader_digest}); this ShardedStream's reader has digest "
+                                   f"{position.reader_digest}); this {stream.kind_name}'s reader has digest "
                                    f"{stream.reader_digest}")
         if position.lengths_digest != stream.lengths_digest():
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved for shards of other item counts: a "

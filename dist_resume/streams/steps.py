@@ -1,7 +1,17 @@
-"""A rank's global steps of a `ShardedStream`, read by its workers and joined in the main
-process: each worker reads the canonical streams it owns and returns, for every batch of
-the rank, its part of it (tagged with the step); the main process joins the parts of a step
-in layout order, so a batch does not depend on which worker read what."""
+"""A rank's global steps of a `ShardedStream` (or of another *step source*), read by its
+workers and joined in the main process: each worker reads the canonical streams it owns and
+returns, for every batch of the rank, its part of it (tagged with the step); the main
+process joins the parts of a step in layout order, so a batch does not depend on which
+worker read what.
+
+A step source is a `ShardedStream`, or what a dataset's `step_source(seed, shuffle)`
+returns (a `Mixture` with stream sources): an object with `kind_name` (what errors call
+it), `canonical_streams` (int or None), `saved_length` (the dataset length its loader
+state records), `epoch_items` (positions per epoch), `digest`, `reader_digest`,
+`lengths_digest()`, `lengths()` (counts what it must, once, before workers copy it),
+`step_layout(settings)` (the rank's batches, as `canonical.StepLayout` gives them: pieces
+whose `stream` is a reader key, and `owner(key, roles)`) and `canonical_reader(epoch, key,
+C)` (a reader whose `take(start, count)` returns items of the key a piece names)."""
 
 from __future__ import annotations
 
@@ -9,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from dist_resume.positions.layout import TailMode
-from dist_resume.streams.canonical import StepLayout, owner
+from dist_resume.streams.canonical import StepLayout
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.stream_reader import CanonicalReader
 from dist_resume.workers.roles import Tagged
@@ -33,6 +43,18 @@ class StepSettings(NamedTuple):
     mode: TailMode
     canonical_streams: int
     origin: int  # the epoch position the rank's next batch starts at
+    seed: int = 0  # the loader's seed and shuffle: the order of a Mixture's map-style sources
+    shuffle: bool = False
+
+
+def step_source(dataset: Any, seed: int = 0, shuffle: bool = False) -> Any:
+    """What reads `dataset` by global steps under a loader's `seed` and `shuffle` (see the
+    module docstring): the `ShardedStream` itself, what `dataset.step_source(seed, shuffle)`
+    returns, or None if `dataset` is read otherwise."""
+    if isinstance(dataset, ShardedStream):
+        return dataset
+    make = getattr(dataset, "step_source", None)
+    return make(seed, shuffle) if callable(make) else None
 
 
 class StepResume:
@@ -42,25 +64,35 @@ class StepResume:
         self._settings = settings
         self._collate = collate
 
-    def __call__(self, stream: ShardedStream, role: int, roles: int) -> StepReader:
-        return StepReader(stream, self._settings, role, roles, self._collate)
+    def __call__(self, dataset: Any, role: int, roles: int) -> StepReader:
+        source = step_source(dataset, self._settings.seed, self._settings.shuffle)
+        return StepReader(source, self._settings, role, roles, self._collate)
 
 
-def step_layout(stream: ShardedStream, settings: StepSettings) -> StepLayout:
+def step_layout(stream: Any, settings: StepSettings) -> Any:
+    """The rank's batches of an epoch (`canonical.StepLayout`, or what another step source's
+    `step_layout(settings)` returns: the same `num_batches`, `end`, `batch` and `owner`)."""
+    if not isinstance(stream, ShardedStream):
+        return stream.step_layout(settings)
     return StepLayout(stream.stream_lengths(settings.canonical_streams), settings.origin, settings.world_size,
                       settings.batch_size, settings.mode)
+
+
+def epoch_items(stream: Any) -> int:
+    """Positions in an epoch of a step source."""
+    return sum(stream.lengths()) if isinstance(stream, ShardedStream) else stream.epoch_items
 
 
 class StepReader:
     """One worker role's parts of the rank's batches."""
 
-    def __init__(self, stream: ShardedStream, settings: StepSettings, role: int, roles: int,
+    def __init__(self, stream: Any, settings: StepSettings, role: int, roles: int,
                  collate: Callable[[list[Any]], Any]) -> None:
         self._stream = stream
         self._settings = settings
         self._role, self._roles = role, roles
         self._collate = collate
-        self._readers: dict[int, CanonicalReader] = {}
+        self._readers: dict[Any, CanonicalReader] = {}
 
     def parts(self) -> Iterator[Tagged]:
         """One tagged part per batch of the rank (empty if none of its items is this role's),
@@ -69,7 +101,7 @@ class StepReader:
         layout = step_layout(self._stream, settings)
         for step in range(layout.num_batches(settings.rank)):
             batch = layout.batch(settings.rank, step)
-            mine = [piece for piece in batch if owner(piece.stream, self._roles) == self._role]
+            mine = [piece for piece in batch if layout.owner(piece.stream, self._roles) == self._role]
             pieces = tuple((piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine)
             items = sum(piece.count for piece in mine)
             if mine and len(mine) == len(batch):
@@ -78,8 +110,16 @@ class StepReader:
                 part = Part(pieces)
             yield Tagged(part, self._role, items, layout.end(step))
 
-    def _reader(self, stream: int) -> CanonicalReader:
+    def _reader(self, stream: Any) -> CanonicalReader:
         if stream not in self._readers:
+            # A key that `supersedes` others (a later source-epoch of a Mixture's stream)
+            # retires their readers and the shards they hold open; one needed again reopens.
+            supersedes = getattr(stream, "supersedes", None)
+            if supersedes is not None:
+                for old in [key for key in self._readers if supersedes(key)]:
+                    retired = self._readers.pop(old)
+                    if callable(getattr(retired, "close", None)):
+                        retired.close()
             self._readers[stream] = self._stream.canonical_reader(self._settings.epoch, stream,
                                                                   self._settings.canonical_streams)
         return self._readers[stream]

@@ -43,6 +43,14 @@ class CanonicalReader:
         index = bisect.bisect_right(self._ends, position)
         return self._ends[index] if index < len(self._ends) else 0
 
+    def close(self) -> None:
+        """Close the shard being read now (its generator refers back to this reader, so
+        dropping the reader alone leaves the file open until a garbage collection)."""
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()
+        self._position = -1
+
     def all(self) -> Iterator[Any]:
         return self._from(0)
 
