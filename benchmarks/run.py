@@ -32,6 +32,7 @@ FIGURES = {
     "B6F": "b6_floors",  # the fixed costs behind B6
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
+    "B7": "b7_streams",
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False

@@ -28,7 +28,7 @@ from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
 from dist_resume.process_group import end_with_launcher, shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
-from dist_resume.streams import ShardCountError, ShardedStream
+from dist_resume.streams import JsonlReader, ParquetReader, ShardCountError, ShardedStream, WebDatasetReader, hf_stream
 
 __all__ = [
     "CheckpointCorruptError",
@@ -36,8 +36,10 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "JsonlReader",
     "LightningLoader",
     "Mixture",
+    "ParquetReader",
     "PlannedBatch",
     "ResumableDataLoader",
     "ResumePlan",
@@ -50,7 +52,9 @@ __all__ = [
     "StorageError",
     "TrainState",
     "UnsafeCheckpointError",
+    "WebDatasetReader",
     "end_with_launcher",
+    "hf_stream",
     "list_checkpoints",
     "load_checkpoint",
     "plan_resume",

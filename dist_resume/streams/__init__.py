@@ -3,10 +3,12 @@ and counts, the canonical streams that read them, the fixed rule of its global s
 workers' parts of a batch and their join, its recorded position), the per-worker readers
 and the main-process cursor that resumes any stream exactly where its last yielded batch
 left off, the checks of a saved stream state, and the step protocol (`steps`) by which a
-Mixture of streams is read the same way. Imports `workers`, `positions`, `state`,
+Mixture of streams is read the same way; the shard formats (`formats/`) and shards
+opened ahead (`prefetch`). Imports `workers`, `positions`, `state`,
 `storage`, `randomness`, `errors` and `arguments`; never the loader, which drives it."""
 
+from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader, hf_stream
 from dist_resume.streams.shard_files import ShardCountError
 from dist_resume.streams.sharded import ShardedStream
 
-__all__ = ["ShardCountError", "ShardedStream"]
+__all__ = ["JsonlReader", "ParquetReader", "ShardCountError", "ShardedStream", "WebDatasetReader", "hf_stream"]

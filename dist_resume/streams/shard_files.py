@@ -19,6 +19,7 @@ import torch
 from dist_resume.errors import StorageError
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import redact_url, resolve, retry
+from dist_resume.streams.prefetch import ShardFiles
 
 
 class ShardCountError(ValueError):
@@ -26,12 +27,13 @@ class ShardCountError(ValueError):
 
 
 @contextlib.contextmanager
-def opened(url: str, storage_options: dict[str, Any]) -> Iterator[Any]:
-    """The shard at `url` open for binary reading; any storage failure, while opening or
-    while the body reads it, is one StorageError naming the shard and the cause."""
+def opened(url: str, storage_options: dict[str, Any], files: ShardFiles | None = None) -> Iterator[Any]:
+    """The shard at `url` open for binary reading (taken from `files` when they opened it
+    ahead); any storage failure, while opening or while the body reads it, is one
+    StorageError naming the shard and the cause."""
     location = resolve(url, storage_options)
     try:
-        with retry(location.fs.open, location.root, "rb") as file:
+        with retry(location.fs.open, location.root, "rb") if files is None else files.open(url) as file:
             yield file
     except (StorageError, ShardCountError):
         raise
@@ -63,10 +65,12 @@ class ShardItems:
         self.window = window
         self.shuffle_seed = shuffle_seed  # derive_seed(seed, epoch); None: no shuffling
 
-    def items(self, url: str, shard: int, count: int, skip: int, stop: int) -> Iterator[Any]:
+    def items(self, url: str, shard: int, count: int, skip: int, stop: int,
+              files: ShardFiles | None = None) -> Iterator[Any]:
         """Items `[skip, stop)` of the shard's shuffled order; its `count` is checked as far
-        as the shard is read (to its end when `stop == count`)."""
-        with opened(url, self.storage_options) as file:
+        as the shard is read (to its end when `stop == count`). `files`: the reading
+        stream's files, this shard's opened ahead."""
+        with opened(url, self.storage_options, files) as file:
             items = iter(self.reader(file))
             for block, start in enumerate(range(0, stop, self.window)):
                 size = min(self.window, count - start)

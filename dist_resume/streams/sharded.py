@@ -69,8 +69,10 @@ class ShardedStream(IterableDataset):
     shard holding another number of items than its count fails with a `ShardCountError`
     naming it; one that cannot be read, with a `StorageError` naming it and the cause.
 
-    A worker keeps one shard open per canonical stream it reads: a `C` far above the slot
-    count means many open files (and connections) per worker.
+    A worker keeps one shard open per canonical stream it reads, and opens the stream's
+    next shard while it reads the current one (`streams/prefetch.py`): a `C` far above the
+    slot count means many open files (and connections) per worker. Readers for JSONL,
+    Parquet and WebDataset tar: `JsonlReader`, `ParquetReader`, `WebDatasetReader`.
 
     `storage_options` go to fsspec (credentials, endpoint; G9). Iterated by a plain
     DataLoader, slot `s` of `S` (rank x worker) reads the canonical streams `c % S == s` of

@@ -1,5 +1,6 @@
 """One canonical stream's items, read by index: forward through its shards, skipping
-whole shards by their item counts without opening them."""
+whole shards by their item counts without opening them, each next shard opened while the
+one before is read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from dist_resume.streams.prefetch import ShardFiles
 from dist_resume.streams.shard_files import ShardItems
 
 
@@ -55,6 +57,9 @@ class CanonicalReader:
     def _from(self, start: int) -> Iterator[Any]:
         first = bisect.bisect_right(self._ends, start)
         skip = start - (self._ends[first - 1] if first else 0)
-        for url, shard, count, begin, end in self._spans[first:]:
-            yield from self._items.items(url, shard, count, begin + skip, end)
-            skip = 0
+        spans = self._spans[first:]
+        # While one shard is read, the next one opens (closed if this read is abandoned).
+        with ShardFiles([url for url, *_ in spans], self._items.storage_options) as files:
+            for url, shard, count, begin, end in spans:
+                yield from self._items.items(url, shard, count, begin + skip, end, files)
+                skip = 0

@@ -1,0 +1,107 @@
+"""Shard files opened ahead: while one shard of a reading stream is read, the next is opened
+and its first bytes fetched in a background thread, so a slow object store's latency
+(connection, metadata request, first bytes) overlaps the reading instead of stalling it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO
+
+
+import fsspec
+
+from dist_resume.storage import guarded, resolve, retry
+
+WARM_BYTES = 1 << 16
+LOCAL_PROTOCOLS = (None, "file", "local")
+
+
+class ShardFiles:
+    """The files of `urls`, opened in that order (the order a reading stream reads its
+    shards in), each with `storage_options`, transient errors retried (as the storage
+    layer opens any file).
+
+    `open(url)` hands out the next file, already open when it was prefetched, and starts
+    opening the one after it in a background thread (not for local files, which have no
+    latency to hide: they open when reached). An open that failed, in the
+    background or not, fails `open` of that shard (never earlier) with a `StorageError`
+    naming the shard's URL and the cause, secrets removed. Use as a context manager:
+    leaving it closes the file opened ahead and not handed out."""
+
+    def __init__(self, urls: Iterable[str], storage_options: Mapping[str, Any] | None = None,
+                 warm_bytes: int = WARM_BYTES) -> None:
+        self._urls = iter(urls)
+        self._options = guarded(dict(storage_options or {}))
+        self._warm_bytes = warm_bytes
+        self._ahead: tuple[str, Future | None] | None = None
+        self._closed = False
+        self._pid: int | None = None  # the process whose thread opens files (see _own_thread)
+        self._thread: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> ShardFiles:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def open(self, url: str) -> BinaryIO:
+        """The next file of `urls`, which must be `url`; the caller closes it."""
+        if self._closed:
+            raise ValueError("ShardFiles is closed")
+        self._own_thread()
+        current = self._ahead or self._start()
+        if current is None or current[0] != url:
+            expected = "no further shard" if current is None else current[0]
+            self._ahead = current
+            raise ValueError(f"shard {url} opened out of the announced order (next announced: {expected})")
+        self._ahead = None
+        file = self._warm_open(url, 0) if current[1] is None else current[1].result()
+        self._ahead = self._start()
+        return file
+
+    def close(self) -> None:
+        """Close the file opened ahead, if any (waiting for its open to end)."""
+        self._closed = True
+        ahead, self._ahead = self._ahead, None
+        if self._pid != os.getpid():  # none opened here: the parent's are not ours to wait for
+            return
+        if ahead is not None and ahead[1] is not None and ahead[1].exception() is None:
+            ahead[1].result().close()
+        self._thread.shutdown(wait=False)
+
+    def _own_thread(self) -> None:
+        """This process's opening thread. One thread for all the opens (a thread per shard
+        cost its start-up handshake, up to a GIL switch interval while the reader holds
+        the GIL). A copy forked from another process (a loader worker) has no thread of
+        its own, and the parent's file opened ahead shares its offset with the parent: it
+        starts a thread and opens that shard again when it reaches it."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dist-resume prefetch")
+        if self._ahead is not None:
+            self._ahead = self._ahead[0], None  # opened when reached
+
+    def _start(self) -> tuple[str, Future | None] | None:
+        url = next(self._urls, None)
+        if url is None:
+            return None
+        if fsspec.core.split_protocol(url)[0] in LOCAL_PROTOCOLS:  # no latency to hide: opened when reached
+            return url, None
+        return url, self._thread.submit(self._warm_open, url, self._warm_bytes)
+
+    def _warm_open(self, url: str, warm_bytes: int) -> BinaryIO:
+        location = resolve(url, self._options)  # a bad URL raises its own clear error here
+        file = None
+        try:
+            file = retry(location.fs.open, location.root, "rb")
+            if warm_bytes and file.seekable():
+                file.read(warm_bytes)  # into the file's buffer, or the OS page cache
+                file.seek(0)
+            return file
+        except Exception as exc:
+            if file is not None:
+                file.close()
+            raise location.error("read shard", location.root, exc) from None

@@ -1,0 +1,183 @@
+"""Shards opened ahead (issue 21 point 5): while a reader reads shard n, shard n+1 is already
+opened (seen through a file system that records its opens, not through timing); a shard
+that cannot be opened fails the stream when that shard is reached, naming its URL and the
+cause, without secrets."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import threading
+from collections.abc import Iterator
+
+import pytest
+from fsspec import register_implementation
+from fsspec.implementations.local import LocalFileSystem
+
+from dist_resume import StorageError
+from dist_resume.streams import ShardedStream
+from dist_resume.streams.formats import JsonlReader
+from dist_resume.streams.prefetch import ShardFiles
+
+from .format_files import jsonl_bytes, write
+from .s3_server import FAKE_SECRET, s3_bucket, s3_endpoint  # noqa: F401
+from .test_storage_s3 import s3_auth  # noqa: F401
+
+WAIT = 60  # seconds a check waits for a background open before it fails (never reached when it works)
+
+
+class RecordingFileSystem(LocalFileSystem):
+    """Local files under ``recording://``, recording each open (path and file), with an event
+    per opened path."""
+
+    protocol = "recording"
+    events: list[tuple[str, str]] = []
+    opened: dict[str, threading.Event] = {}
+    lock = threading.Lock()
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix("recording://"))
+
+    def _open(self, path, mode="rb", **kwargs):
+        file = super()._open(path, mode, **kwargs)
+        with self.lock:
+            self.events.append((path, file))
+            self.opened.setdefault(path, threading.Event()).set()
+        return file
+
+    @classmethod
+    def opens(cls) -> list[str]:
+        return [path for path, _ in cls.events]
+
+    @classmethod
+    def all_closed(cls) -> bool:
+        return all(file.closed for _, file in cls.events)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.events.clear()
+        cls.opened.clear()
+
+    @classmethod
+    def wait_opened(cls, path: str) -> bool:
+        with cls.lock:
+            event = cls.opened.setdefault(path, threading.Event())
+        return event.wait(WAIT)
+
+
+register_implementation("recording", RecordingFileSystem, clobber=True)
+
+
+SIZES = [3, 0, 2, 4]
+
+
+@pytest.fixture
+def shards(tmp_path) -> list[str]:
+    sizes = SIZES
+    urls = [write(f"recording://{tmp_path}/s{n}.jsonl", jsonl_bytes([f"{n}-{i}" for i in range(size)]))
+            for n, size in enumerate(sizes)]
+    RecordingFileSystem.reset()
+    return urls
+
+
+def path_of(url: str) -> str:
+    return url.removeprefix("recording://")
+
+
+class NextOpenedCheck:
+    """A JSONL reader that, before a shard's last item, records whether the shard after it
+    has been opened (waiting for that open, at most WAIT seconds)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.seen: list[tuple[str, bool]] = []
+
+    def __call__(self, file) -> Iterator[str]:
+        items = list(JsonlReader()(file))
+        position = self.urls.index(f"recording://{file.path}")
+        if position + 1 < len(self.urls):
+            self.seen.append((file.path, RecordingFileSystem.wait_opened(path_of(self.urls[position + 1]))))
+        yield from items
+
+
+def test_the_next_shard_is_opened_while_the_current_one_is_read(shards):
+    check = NextOpenedCheck(shards)
+    stream = ShardedStream(shards, check, shuffle=False, lengths=SIZES)  # given lengths: no counting pass
+    assert list(stream) == ["0-0", "0-1", "0-2", "2-0", "2-1", "3-0", "3-1", "3-2", "3-3"]
+    assert check.seen == [(path_of(url), True) for url in shards[:-1]]
+    assert RecordingFileSystem.opens() == [path_of(url) for url in shards]  # each shard once, in order
+    assert RecordingFileSystem.all_closed()
+
+
+def test_a_canonical_stream_prefetches_only_its_own_shards(shards):
+    """Of 3 canonical streams over 9 items, stream 1 reads items 3-5: shard 2 and the first
+    item of shard 3; it opens only those."""
+    stream = ShardedStream(shards, JsonlReader(), shuffle=False, lengths=SIZES)
+    assert list(stream.canonical_reader(0, 1, 3).all()) == ["2-0", "2-1", "3-0"]
+    assert RecordingFileSystem.opens() == [path_of(shards[2]), path_of(shards[3])]
+    assert RecordingFileSystem.all_closed()
+
+
+def test_a_stream_stopped_early_closes_the_shard_opened_ahead(shards):
+    items = iter(ShardedStream(shards, JsonlReader(), shuffle=False, lengths=SIZES))
+    assert next(items) == "0-0"
+    assert RecordingFileSystem.wait_opened(path_of(shards[1]))
+    items.close()
+    assert RecordingFileSystem.opens() == [path_of(url) for url in shards[:2]]
+    assert RecordingFileSystem.all_closed()
+
+
+def test_shards_are_opened_in_the_announced_order_only(shards):
+    with ShardFiles(shards[:2]) as files:
+        message = f"shard {shards[1]} opened out of the announced order (next announced: {shards[0]})"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            files.open(shards[1])
+        files.open(shards[0]).close()
+        files.open(shards[1]).close()
+        with pytest.raises(ValueError, match=re.escape("opened out of the announced order (next announced: no further shard)")):
+            files.open(shards[1])
+    with pytest.raises(ValueError, match="^ShardFiles is closed$"):
+        files.open(shards[0])
+
+
+def test_a_missing_shard_fails_when_it_is_reached_with_its_url(tmp_path):
+    urls = [write(f"{tmp_path}/{name}.jsonl", jsonl_bytes([name])) for name in ("a", "c")]
+    missing = f"{tmp_path}/b.jsonl"
+    items = iter(ShardedStream([urls[0], missing, urls[1]], JsonlReader(), shuffle=False, lengths=[1, 1, 1]))
+    assert next(items) == "a"  # shard b was opened ahead, and failed, while a was read
+    message = f"cannot read shard {missing}: not found (FileNotFoundError: "
+    with pytest.raises(StorageError, match=f"^{re.escape(message)}") as caught:
+        next(items)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_s3_shard_with_bad_credentials_is_named_without_the_secret(s3_bucket, request):  # noqa: F811
+    url = write(f"{s3_bucket}/a.jsonl", jsonl_bytes([1]))
+    request.getfixturevalue("s3_auth")  # moto checks credentials from here on
+    options = {"key": "wrong-key-id", "secret": FAKE_SECRET}
+    message = f"cannot read shard {url}: access denied, check the credentials (PermissionError: Forbidden)"
+    with pytest.raises(StorageError, match=f"^{re.escape(message)}$") as caught:
+        list(ShardedStream([url], JsonlReader(), storage_options=options, lengths=[1]))
+    assert FAKE_SECRET not in str(caught.value) and FAKE_SECRET not in repr(caught.value)
+
+
+def _open_next_in_child(files: ShardFiles, url: str, results) -> None:
+    with files.open(url) as file:
+        results.put(list(JsonlReader()(file)))
+
+
+def test_a_forked_copy_opens_its_shards_itself(shards):
+    """A loader worker forked while its stream had a shard opened ahead: the parent's
+    opening thread does not exist in the child, which must not wait for it forever."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    with ShardFiles([shards[0], shards[2]]) as files:
+        files.open(shards[0]).close()  # shards[2] is now opening ahead, in this process
+        child = context.Process(target=_open_next_in_child, args=(files, shards[2], results))
+        child.start()
+        child.join(WAIT)
+        assert child.exitcode == 0
+        assert results.get(timeout=WAIT) == ["2-0", "2-1"]
+        with files.open(shards[2]) as file:  # the parent's own, untouched by the child
+            assert list(JsonlReader()(file)) == ["2-0", "2-1"]
