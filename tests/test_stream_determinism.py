@@ -176,11 +176,21 @@ def test_a_state_from_ranks_at_different_positions_resumes_only_at_its_world_siz
         loader = ResumableDataLoader(stream, batch_size=3, rank=rank, world_size=2)
         list(itertools.islice(loader, steps))
         state.update(loader.state_dict())
+    mixed = ("loader state entries come from different saves (ranks [0] at batch 2 of epoch 0; ranks [1] at batch 1 "
+             "of epoch 0): a rank stopped between a training step and the save, or states of different saves were "
+             "merged; resume from a checkpoint that every rank saved at one step (if the ranks do not train in "
+             "lockstep, load with independent_ranks=True)")
+    with pytest.raises(ResumeStateError, match=f"^{re.escape(mixed)}$"):
+        ResumableDataLoader(stream, batch_size=2, world_size=3, rank=0).load_state_dict(state)
     message = ("saved ranks stopped at different epoch positions of a ShardedStream (rank 0 at 12, rank 1 at 6); a "
                "resume at another world size or global batch continues from a position every rank reached: save "
                "every rank after the same number of batches, or resume at world size 2 with global batch 6")
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
-        ResumableDataLoader(stream, batch_size=2, world_size=3, rank=0).load_state_dict(state)
+        ResumableDataLoader(stream, batch_size=2, world_size=3, rank=0).load_state_dict(state, independent_ranks=True)
+    resumed = ResumableDataLoader(stream, batch_size=3, world_size=2, rank=1)
+    resumed.load_state_dict(state, independent_ranks=True)  # each rank continues from its own position
+    total = len(resumed)  # the epoch's batches, the one rank 1 consumed included
+    assert len(list(resumed)) == total - 1
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
