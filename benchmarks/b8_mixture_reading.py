@@ -14,26 +14,13 @@ import random
 import tempfile
 from pathlib import Path
 
-from torch.utils.data import Dataset
 
 from dist_resume import Mixture, ResumableDataLoader, ShardedStream
 
 from .b8_stream_reading import CANONICAL_STREAMS, GLOBAL_BATCH, WORLD_SIZES, CountingReader, write_shards
 from .report import FigureResult
+from .workloads import TinyDataset
 from .timing import Stats
-
-
-class Numbers(Dataset):
-    """A map-style source of `length` items."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 def read_ratio(sources: dict[str, tuple[list[str], list[int]]], world_size: int, mapped: int = 0) -> float:
@@ -44,7 +31,7 @@ def read_ratio(sources: dict[str, tuple[list[str], list[int]]], world_size: int,
                      for name, (urls, sizes) in sources.items()}
     weights = {name: sum(sizes) for name, (_, sizes) in sources.items()}
     if mapped:
-        streams["table"], weights["table"] = Numbers(mapped), mapped
+        streams["table"], weights["table"] = TinyDataset(mapped), mapped
     mixture = Mixture(streams, weights, canonical_streams=CANONICAL_STREAMS)
     for rank in range(world_size):
         loader = ResumableDataLoader(mixture, batch_size=GLOBAL_BATCH // world_size, rank=rank, world_size=world_size)

@@ -17,6 +17,7 @@ from dist_resume.mixtures.inspection import describe
 from dist_resume.state.saved import decode
 from dist_resume.streams import ShardedStream
 
+from .datasets import Indices
 from .stream_jobs import read_jsonl
 from .stream_mixture_jobs import (
     GLOBAL_BATCH, LENGTH, MIXED_STAGES, STAGES, Table, assert_once_per_source_epoch, assert_window_bounds, job,
@@ -197,21 +198,10 @@ def test_a_small_source_drawn_over_many_source_epochs_keeps_few_shards_open(urls
     assert reader.most <= 2 + 1  # one per canonical stream, and the next source-epoch's while it opens
 
 
-class Numbers(torch.utils.data.Dataset):
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def test_states_of_a_map_style_mixture_and_of_a_mixture_of_streams_do_not_mix(urls):
     """The same names, item counts and weights, read as streams or by index: neither state
     resumes the other, whose order it does not describe."""
-    by_index = Mixture({"web": Numbers(178), "code": Numbers(62)}, STAGES, LENGTH)
+    by_index = Mixture({"web": Indices(178), "code": Indices(62)}, STAGES, LENGTH)
     _, streamed = job(make_mixture(urls), 2, 0, None, 3)
     with pytest.raises(ResumeStateError, match="^loader state was saved with sampling by an IterableDataset's streams; "
                                                "this loader samples by the loader's own epoch order$"):

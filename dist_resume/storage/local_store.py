@@ -20,6 +20,16 @@ def _kind(mode: int) -> str:
     return FILE if stat.S_ISREG(mode) else OTHER
 
 
+def _written_privately(path: str, data: bytes) -> str:
+    """``data`` written and fsynced under a private name beside ``path``; that name."""
+    private = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(private, "xb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    return private
+
+
 def _fsync_directory(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -52,12 +62,8 @@ class LocalStore(CheckpointStore):
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Written and fsynced under a private name, then hard-linked to ``path``: the link
         fails if ``path`` exists, so exactly one of concurrent writers creates it, whole."""
-        private = f"{path}.{uuid.uuid4().hex}.tmp"
         try:
-            with open(private, "xb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
+            private = _written_privately(path, data)
             try:
                 os.link(private, path)
             except FileExistsError:
@@ -77,16 +83,14 @@ class LocalStore(CheckpointStore):
 
     def overwrite(self, path: str, data: bytes) -> None:
         """Written and fsynced under a private name, then renamed over ``path``."""
-        private = f"{path}.{uuid.uuid4().hex}.tmp"
+        private = None
         try:
-            with open(private, "xb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
+            private = _written_privately(path, data)
             os.replace(private, path)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(private)
+            if private is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(private)
             raise self.loc.error("write", path, exc) from None
 
     def remove_tree(self, path: str) -> None:
