@@ -211,3 +211,15 @@ def test_on_s3_two_jobs_creating_the_lease_at_once_give_one_writer(s3_bucket: st
     _save(url, 1)  # stale now: taken over
     names = sorted(name.rsplit("/", 1)[1] for name in store.loc.fs.ls(store.loc.root))
     assert names == [".commits", ".writer_lease_1", "step_00000001"]
+
+
+def test_one_process_saves_to_one_run_under_any_spelling_of_its_url(tmp_path: Path) -> None:
+    """A plain path, a file:// URL and a path through a link name one local run: the process
+    holding its lease is the same job, not a second writer."""
+    run_dir = tmp_path / "run"
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    save_checkpoint({"w": torch.ones(2)}, str(run_dir), 1)
+    save_checkpoint({"w": torch.ones(2)}, f"file://{run_dir}", 2)
+    save_checkpoint({"w": torch.ones(2)}, str(tmp_path / "link" / "run"), 3)
+    assert sorted(path.name for path in run_dir.iterdir() if path.name.startswith(".writer_lease")) == [
+        ".writer_lease_0"]
