@@ -6,7 +6,7 @@ loaders are built with explicit rank and world_size."""
 from __future__ import annotations
 
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dist_resume import LightningLoader, ResumableDataLoader
@@ -40,6 +40,8 @@ def _consumed(loader: ResumableDataLoader, steps: int) -> ResumableDataLoader:
     steps=st.integers(0, 12),
     saving_rank=st.integers(0, 3),
 )
+# rank 1 has no batch: it stands its global step behind rank 0's (found in CI)
+@example(length=1, world_size=2, batch_size=1, mode=(False, False), steps=1, saving_rank=0)
 def test_every_rank_rebuilt_from_one_equals_each_ranks_own_state_g1(length, world_size, batch_size, mode, steps,
                                                                       saving_rank):
     drop_last, even_batches = mode

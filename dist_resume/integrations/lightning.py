@@ -155,7 +155,10 @@ def _every_rank(own: dict[str, Any], loader: ResumableDataLoader) -> dict[str, A
             finished = state.epoch_finished
         else:  # ranks' epochs differ by a batch (even_batches=False): as the loader marks an end
             finished = int(0 < batches == layout.num_batches(rank))
-        entry = dataclasses.replace(state, rank=rank, batches_consumed=batches,
+        # A rank with fewer batches stands the steps it had none of behind, as its own loader
+        # reports before its pass ends (UNKNOWN_STEP stays unknown).
+        step = state.global_step - (state.batches_consumed - batches) if state.global_step >= 0 else state.global_step
+        entry = dataclasses.replace(state, rank=rank, batches_consumed=batches, global_step=step,
                                     samples_consumed=layout.slots_before(rank, batches), epoch_finished=finished)
         merged[rank_key(rank)] = {PROGRESS_KEY: entry.to_tensor(), **shared}
     return merged
