@@ -38,18 +38,22 @@ class ParquetReader(ConfiguredDigest):
             object.__setattr__(self, "columns", tuple(self.columns))  # hashable, and one repr for a list or tuple
 
     def __call__(self, file: BinaryIO) -> Iterator[Any]:
-        shard = pyarrow_parquet().ParquetFile(file)
-        columns = self._checked_columns(shard, file)
-        for index in range(shard.num_row_groups):
-            table = shard.read_row_group(index, columns=columns)
-            if not self.batches:
-                yield from table.to_pylist()
-            elif table.num_rows:
-                yield from table.combine_chunks().to_batches()  # one batch: the columns are single chunks
+        # Closed here and read on this thread: an Arrow reader whose threads outlive it into
+        # the interpreter's exit aborts the process ("terminate called without an active
+        # exception", apache/arrow#34314); a loader worker reads on one thread anyway.
+        with pyarrow_parquet().ParquetFile(file) as shard:
+            columns = self._checked_columns(shard, file)
+            for index in range(shard.num_row_groups):
+                table = shard.read_row_group(index, columns=columns, use_threads=False)
+                if not self.batches:
+                    yield from table.to_pylist()
+                elif table.num_rows:
+                    yield from table.combine_chunks().to_batches()  # one batch: the columns are single chunks
 
     def count(self, file: BinaryIO) -> int:
         """The number of items, from the footer alone: rows, or non-empty row groups with `batches`."""
-        metadata = pyarrow_parquet().ParquetFile(file).metadata
+        with pyarrow_parquet().ParquetFile(file) as shard:
+            metadata = shard.metadata
         if self.batches:
             return sum(1 for index in range(metadata.num_row_groups) if metadata.row_group(index).num_rows)
         return metadata.num_rows
