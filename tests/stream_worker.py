@@ -14,6 +14,7 @@ import sys
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -29,12 +30,13 @@ from dist_resume import (  # noqa: E402
 from tests.stream_jobs import make_stream  # noqa: E402
 
 
-def _job(scenario: str, args: dict[str, Any]) -> None:
+def run_rank(scenario: str, args: dict[str, Any], make_loader: Callable[[dict[str, Any]], ResumableDataLoader]) -> None:
+    """One rank's job (see the module docstring) over the loader `make_loader(args)` builds
+    once the process group is up."""
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank = dist.get_rank()
-    loader = ResumableDataLoader(make_stream(args["urls"]), batch_size=args["batch_size"],
-                                 num_workers=args["num_workers"])
+    loader = make_loader(args)
     load_checkpoint({"loader": loader}, args["ckpt"])
     batches = [batch.tolist() for batch in itertools.islice(loader, args.get("steps"))]
     if "save_step" in args:
@@ -44,5 +46,10 @@ def _job(scenario: str, args: dict[str, Any]) -> None:
     shut_down_distributed()
 
 
+def _stream_loader(args: dict[str, Any]) -> ResumableDataLoader:
+    return ResumableDataLoader(make_stream(args["urls"]), batch_size=args["batch_size"],
+                               num_workers=args["num_workers"])
+
+
 if __name__ == "__main__":
-    _job(sys.argv[1], json.loads(sys.argv[2]))
+    run_rank(sys.argv[1], json.loads(sys.argv[2]), _stream_loader)
