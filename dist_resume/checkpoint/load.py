@@ -25,9 +25,9 @@ from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
-from dist_resume.checkpoint.commit_index import indexed_steps, read_entry
-from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, read_commit, refuse_misplaced, step_dir,
-                                              step_dir_name)
+from dist_resume.checkpoint.commit_index import read_entry
+from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, indexed_committed_steps, read_commit,
+                                              refuse_misplaced, step_dir, step_dir_name)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY
@@ -190,10 +190,9 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
     Steps pruned while they are listed are left out."""
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
-    steps = committed_steps(store)
+    steps, indexed = indexed_committed_steps(store)
     if not steps:
         refuse_misplaced(store)
-    indexed = indexed_steps(store)
     with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
         found = pool.map(lambda item: _info(store, *item, item[0] in indexed), sorted(steps.items()))
         return [info for info in found if info is not None]

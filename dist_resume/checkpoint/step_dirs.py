@@ -44,6 +44,11 @@ def committed_steps(store: CheckpointStore) -> dict[int, str]:
     """Committed steps at the location and their directories. A step directory that is a
     link or not named as this library names it is refused, never read beside the others.
     Two listings for a run whose steps are indexed; a check of its marker per step that is not."""
+    return indexed_committed_steps(store)[0]
+
+
+def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], set[int]]:
+    """``committed_steps`` and which of them the run's index names (from the same listing)."""
     loc = store.loc
     listed = store.entries(loc.root)
     # After the run's listing: an entry removed since (a prune removes it before the marker)
@@ -64,7 +69,7 @@ def committed_steps(store: CheckpointStore) -> dict[int, str]:
         require_directory(store, directory, entry.kind)
         if step in indexed or store.exists(posixpath.join(directory, MARKER)):
             steps[step] = directory
-    return steps
+    return steps, indexed & steps.keys()
 
 
 def read_commit(store: CheckpointStore, step: int, directory: str) -> tuple[dict[str, Any], str]:
