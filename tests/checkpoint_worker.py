@@ -16,24 +16,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.script_processes import ScriptProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def launch(scenario: str, world_size: int, args: dict[str, Any], port: int,
-           script: str = __file__) -> list[subprocess.Popen]:
+           script: str = __file__) -> list[ScriptProcess]:
     """Start ``world_size`` ranks of ``scenario`` (of ``script``, default this file); their
     output goes to ``out/<scenario>-rank<r>.log``."""
     out = Path(args["out"])
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                WORLD_SIZE=str(world_size))
-    procs = []
-    for rank in range(world_size):
-        log = open(out / f"{scenario}-rank{rank}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, script, scenario, json.dumps(args)],
-            env=dict(env, RANK=str(rank)), stdout=log, stderr=subprocess.STDOUT))
-    return procs
+    return [ScriptProcess(script, [scenario, json.dumps(args)], dict(env, RANK=str(rank)),
+                        out / f"{scenario}-rank{rank}.log")
+            for rank in range(world_size)]
 
 
 def run(scenario: str, world_size: int, args: dict[str, Any], port: int, timeout: float = 120,

@@ -1,7 +1,8 @@
 """The documentation runs as written (issue 23, point 5): every ```python block of README.md
-and docs/*.md runs, standalone, in a fresh interpreter of this venv from an empty temporary
-directory; every relative link leads to a file that exists; every command line of a ```bash
-block that starts with `.venv/bin/`, `bash launch/` or `dist-resume` names a file, module or
+and docs/*.md runs, standalone, as a script of its own process from an empty temporary
+directory (tests/script_processes.py: as `python snippet.py` would run it, forked from a
+server that has imported torch); every relative link leads to a file that exists; every
+command line of a ```bash block that starts with `.venv/bin/`, `bash launch/` or `dist-resume` names a file, module or
 command that exists.
 
 A python block that cannot run here (it needs several processes, S3, a GPU) is preceded by
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.script_processes import ScriptProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SNIPPET_TIMEOUT = 120  # seconds; a snippet takes a few on an idle machine
@@ -73,7 +76,7 @@ ALL_BLOCKS = [block for page in pages() for block in blocks(page)]
 PYTHON = [block for block in ALL_BLOCKS if block.language == "python"]
 
 
-PARALLEL = 2  # snippets run at once: most of each is importing torch, one core each
+PARALLEL = 2  # snippets run at once, one core each
 
 
 def _free_port() -> int:
@@ -82,15 +85,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _run(block: Block, directory: Path) -> subprocess.CompletedProcess[str]:
+def _run(block: Block, directory: Path) -> tuple[int | None, str]:
+    """The snippet's exit code (None: still running after SNIPPET_TIMEOUT, then killed) and output."""
     env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env.pop("PYTHONPATH", None)  # the snippet sees the installed package, as a user's script does
     directory.mkdir()
-    script = directory / "snippet.py"
+    script, log = directory / "snippet.py", directory / "output.log"
     script.write_text(block.text)
-    return subprocess.run([sys.executable, str(script)], cwd=directory, env=env, capture_output=True,
-                          text=True, timeout=SNIPPET_TIMEOUT, check=False)
+    process = ScriptProcess(str(script), [], env, log, cwd=directory)
+    try:
+        code = process.wait(timeout=SNIPPET_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        code = None
+    return code, log.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +114,12 @@ def snippet_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     return {block.name: pool.submit(_run, block, root / f"snippet{number}") for number, block in enumerate(selected)}
 
 
-@pytest.mark.slow  # each snippet is a fresh interpreter importing torch: about 3 s of CPU each
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in PYTHON if b.not_run is None], ids=lambda b: b.name)
 def test_python_snippet_runs_as_written(block: Block, snippet_runs: dict[str, Future]) -> None:
-    result = snippet_runs[block.name].result()
-    assert result.returncode == 0, f"{block.name} failed:\n{result.stdout}\n{result.stderr}"
+    code, output = snippet_runs[block.name].result()
+    outcome = f"did not end within {SNIPPET_TIMEOUT} s" if code is None else f"exit code {code}"
+    assert code == 0, f"{block.name} failed ({outcome}):\n{output}"
 
 
 def test_every_skipped_snippet_says_why() -> None:

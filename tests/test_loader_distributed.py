@@ -20,12 +20,12 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, plan_resume, shut_down_distributed
 from dist_resume.positions.epoch_order import EpochOrder
 
 from .datasets import Augmented
+from .script_processes import spawn_ranks
 
 LENGTH = 41
 SEED = 11
@@ -146,7 +146,7 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
 
 def _rank_main(rank: int, out: Path) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
-    # As under torchrun: loader workers fork (spawn's children inherit "spawn").
+    # As under torchrun: loader workers fork (the fork server's children would use it).
     multiprocessing.set_start_method("fork", force=True)
     for name, job in JOBS.items():
         if rank < job.world_size:
@@ -157,7 +157,7 @@ def _rank_main(rank: int, out: Path) -> None:
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Runs every job of JOBS; returns the directory of their states and `Consumed` files."""
     out = tmp_path_factory.mktemp("loader_distributed")
-    torch.multiprocessing.spawn(_rank_main, args=(out,), nprocs=MAX_WORLD)
+    spawn_ranks(_rank_main, args=(out,), nprocs=MAX_WORLD)
     return out
 
 

@@ -17,11 +17,11 @@ from typing import NamedTuple
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing
 
 from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint, shut_down_distributed
 
 from .mixture_datasets import LENGTHS, STAGES, mixture, samples
+from .script_processes import spawn_ranks
 
 SEED = 3
 GLOBAL_BATCH = 6
@@ -76,7 +76,7 @@ def _rank_main(rank: int, out: Path) -> None:
 def global_steps(tmp_path_factory: pytest.TempPathFactory) -> list[list[tuple]]:
     """The global steps the three jobs consumed, in order (ranks' batches concatenated)."""
     out = tmp_path_factory.mktemp("mixture_distributed")
-    torch.multiprocessing.spawn(_rank_main, args=(out,), nprocs=max(job.world_size for job in JOBS.values()))
+    spawn_ranks(_rank_main, args=(out,), nprocs=max(job.world_size for job in JOBS.values()))
     steps: list[list[tuple]] = []
     for name, job in JOBS.items():
         ranks = [torch.load(out / f"{name}-{rank}.pt") for rank in range(job.world_size)]
