@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import torch
@@ -41,3 +42,19 @@ class Stragglers(Dataset):
         if index % self.every == self.every - 1:
             time.sleep(self.delay)
         return index
+
+
+class GatedReader:
+    """A JSONL reader of `tests.stream_jobs` shards whose items in `slow` wait until `gate`
+    (a multiprocessing Event) is set: a straggler that a test releases when it decides."""
+
+    def __init__(self, slow: set[int], gate) -> None:
+        self.slow = slow
+        self.gate = gate
+
+    def __call__(self, file):
+        for line in file:
+            item = json.loads(line)["id"]
+            if item in self.slow and not self.gate.wait(timeout=60):
+                raise TimeoutError(f"item {item} waited 60 s for its gate")
+            yield item

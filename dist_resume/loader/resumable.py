@@ -149,7 +149,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self._stream = stream_cursor(dataset, sampler is not None or batch_sampler is not None, num_workers,
-                                     snapshot_every, persistent_workers, self.world_size, batch_size or 1)
+                                     snapshot_every, persistent_workers, self.world_size, batch_size or 1, in_order)
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -278,7 +278,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
         self._global_step += 1
-        if not self.in_order:
+        if not self.in_order and self._stream is None:
             return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()
