@@ -18,7 +18,7 @@ import pytest
 from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.streams import ShardedStream
 from tests.stream_jobs import all_items, make_stream, write_shards
-from tests.unordered_datasets import GatedReader
+from tests.unordered_datasets import GatedReader, WorkerSplit
 
 
 @pytest.fixture
@@ -148,6 +148,25 @@ def test_states_move_between_in_order_false_and_true_when_that_is_exact(urls):
     tail, _ = job(single, 2, 1, state, None, in_order=True)
     whole, _ = job(single, 1, 0, None, None, in_order=True)
     assert head + sorted(tail) == whole[:24] + sorted(whole[24:])
+
+
+def test_a_plain_iterable_dataset_resumes_exactly_at_its_num_workers():
+    gate = multiprocessing.Event()
+    loader = ResumableDataLoader(WorkerSplit(40, {0}, gate), batch_size=4, num_workers=2, in_order=False)
+    iterator = iter(loader)
+    before = [next(iterator).tolist() for _ in range(2)]  # worker 0 waits at item 0: worker 1's come first
+    state = loader.state_dict()
+    gate.set()
+    del iterator
+    assert before == [[1, 3, 5, 7], [9, 11, 13, 15]]
+    resumed = ResumableDataLoader(WorkerSplit(40), batch_size=4, num_workers=2, in_order=False)
+    resumed.load_state_dict(state)
+    after = [item for batch in resumed for item in batch.tolist()]
+    assert sorted(sum(before, []) + after) == list(range(40))
+    other = ResumableDataLoader(WorkerSplit(40), batch_size=4, num_workers=1, in_order=False)
+    with pytest.raises(ResumeStateError, match="an IterableDataset other than ShardedStream resumes only with the "
+                                               "saved world size and num_workers$"):
+        other.load_state_dict(state)
 
 
 def test_the_state_stays_small(urls):

@@ -14,18 +14,14 @@ from dist_resume.loader.progress import Progress
 from dist_resume.positions.layout import Layout
 from dist_resume.state.delivered import Delivered
 from dist_resume.state.fields import Sampling
-from dist_resume.streams.sharded import ShardedStream
 
 
 def check_unordered(dataset: Dataset, sampling: Sampling, stateful_dataset: bool) -> None:
     """One clear error for what `in_order=False` does not resume exactly (yet)."""
     supported = ("in_order=False is supported for map-style datasets and Mixtures in the loader's own order, and "
-                 "for ShardedStreams")
-    if isinstance(dataset, ShardedStream):
-        return
+                 "for IterableDatasets")
     if isinstance(dataset, IterableDataset):
-        raise ValueError(f"{supported}; this dataset is an IterableDataset other than ShardedStream: use "
-                         "in_order=True")
+        return  # each worker's batches come in its own order: recorded per worker role
     if sampling is Sampling.STREAM:
         raise ValueError(f"{supported}; this Mixture has ShardedStream sources, read as streams: use in_order=True")
     if sampling is not Sampling.EPOCH_ORDER:
