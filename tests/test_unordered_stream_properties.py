@@ -31,7 +31,7 @@ def passes(draw):
     return served, counts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(passes())
 def test_consumed_and_leftover_items_are_the_rest_each_once(case):
     served, counts = case
@@ -57,7 +57,7 @@ def test_consumed_and_leftover_items_are_the_rest_each_once(case):
                            if served.layout.mode is TailMode.DROP else 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 80), st.integers(1, 9), st.data())
 def test_an_in_order_rest_converts_both_ways(total, streams, data):
     lengths = stream_lengths(total, streams)

@@ -134,14 +134,14 @@ def test_ranks_get_the_same_number_of_batches_and_the_tail_follows_its_mode(urls
 def test_states_move_between_in_order_false_and_true_when_that_is_exact(urls):
     stream = make_stream(urls)
     in_order, state = job(stream, 2, 1, None, 4, in_order=True)
-    rest, unordered_state = job(stream, 3, 2, state, 3)  # in_order=True -> False, mid-epoch
+    rest, unordered_state = job(stream, 3, 1, state, 3)  # in_order=True -> False, mid-epoch
     last, _ = job(stream, 1, 0, unordered_state, None)
     assert sorted(in_order + rest + last) == all_items()
     with pytest.raises(ResumeStateError, match="^" + re.escape(
             "loader state was saved with in_order=False after batches of a ShardedStream were handed on out of the "
             "in-order sequence, whose rest an in_order=True loader cannot continue: resume this epoch with "
             "in_order=False (in_order=True can take over at the next epoch)") + "$"):
-        job(stream, 3, 2, unordered_state, None, in_order=True)
+        job(stream, 3, 1, unordered_state, None, in_order=True)
     # One canonical stream, one rank, no workers: in_order=False consumes an in-order prefix.
     single = make_stream(urls, canonical_streams=1)
     head, state = job(single, 1, 0, None, 6)
