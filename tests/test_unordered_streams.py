@@ -179,3 +179,19 @@ def test_the_state_stays_small(urls):
 def test_skip_is_refused_with_in_order_false(urls):
     with pytest.raises(ValueError, match="in_order=False"):
         loader_of(make_stream(urls)).skip(1)
+
+
+def test_a_damaged_state_is_refused_naming_the_field(urls):
+    stream = make_stream(urls)
+    _, state = job(stream, 1, 2, None, 3)
+    entry = state["rank_0"]["stream"]
+    runs_key = "runs__load_with_dist_resume_load_checkpoint"
+    good_runs, good_counts = entry[runs_key].clone(), entry["unordered"].clone()
+    entry[runs_key] = good_runs.flip(0)
+    with pytest.raises(ResumeStateError, match=re.escape(f"field {runs_key!r} is not ascending runs of an epoch of "
+                                                         "178 items")):
+        loader_of(stream, num_workers=2).load_state_dict(state)
+    entry[runs_key], entry["unordered"] = good_runs, good_counts.clone()
+    entry["unordered"][2] = 99
+    with pytest.raises(ResumeStateError, match="field 'unordered' says role 0 consumed 99 batches of its 23$"):
+        loader_of(stream, num_workers=2).load_state_dict(state)
