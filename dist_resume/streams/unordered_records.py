@@ -100,9 +100,9 @@ class UnorderedRecords:
             runs, own_counts = served.runs, counts[rank]
             own = saved.ranks[rank]
         else:
-            saved.one_epoch(f"at world size {self.world_size}, batch size {self.batch_size}, {self.roles} roles",
-                            f"world size {saved.any.world_size}, batch size {saved.any.batch_size}, {roles} roles",
-                            "world size, batch size or num_workers")
+            saved.one_epoch(f"at world size {self.world_size}, batch size {self.batch_size}, {self.roles} worker "
+                            "role(s)", f"world size {saved.any.world_size}, batch size {saved.any.batch_size}, "
+                            f"{roles} worker role(s)", "world size, batch size or num_workers")
             runs, own_counts = served.leftover(counts), [0] * self.roles
             furthest = max(saved.ranks.values(), key=lambda state: state.batches_consumed)
             finished = UnorderedPass(runs, served.epoch_items, self.world_size, self.batch_size, mode,
