@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import fsspec
 import pytest
 
 from dist_resume.demo.job import free_port
@@ -42,3 +43,25 @@ def test_killed_out_of_order_job_resumes_at_three_ranks_exactly_once(tmp_path: P
     samples = [i for rank in before + after for batch in rank for i in batch]
     counts = Counter(samples)
     assert sorted(counts) == list(range(60)) and set(counts.values()) == {1}
+
+
+@pytest.mark.slow
+def test_stopped_out_of_order_stream_job_resumes_at_three_ranks_exactly_once(tmp_path: Path) -> None:
+    # 4 shards of 12 items: rank r's share is shards 2r and 2r+1, worker role j's shard 2r+j.
+    shards = []
+    for shard in range(4):
+        shards.append(str(tmp_path / f"shard-{shard}.jsonl"))
+        with fsspec.open(shards[-1], "w") as file:
+            file.writelines(json.dumps({"id": shard * 1000 + i}) + "\n" for i in range(12))
+    args = {"out": str(tmp_path), "url": str(tmp_path / "ckpt"), "shards": shards, "shard_items": 12, "save_step": 3}
+    run("stream_train_and_stop", 2, args, free_port(), script=WORKER)
+    run("stream_resume", 3, args, free_port(), script=WORKER)
+
+    before = [json.loads((tmp_path / f"consumed-before-{rank}.json").read_text()) for rank in range(2)]
+    # Role 0 waited for its gate: role 1's batches were handed on first.
+    assert before == [[[1000 + i, 1001 + i, 1002 + i] for i in (0, 3, 6)],
+                      [[3000 + i, 3001 + i, 3002 + i] for i in (0, 3, 6)]]
+    after = [json.loads((tmp_path / f"consumed-after-{rank}.json").read_text()) for rank in range(3)]
+    counts = Counter(i for rank in before + after for batch in rank for i in batch)
+    assert sorted(counts) == [shard * 1000 + i for shard in range(4) for i in range(12)]
+    assert set(counts.values()) == {1}

@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.utils.data import IterableDataset
 
 from dist_resume import Mixture, ResumableDataLoader, save_checkpoint
 from dist_resume.cli import main
@@ -174,11 +173,6 @@ def test_an_in_order_loader_resumes_an_out_of_order_state():
     assert sorted(first + indices_of(resumed)) == list(range(24))
 
 
-class Stream(IterableDataset):
-    def __iter__(self):
-        return iter(range(4))
-
-
 class Stateful(Squares):
     def state_dict(self):
         return {}
@@ -187,13 +181,13 @@ class Stateful(Squares):
         pass
 
 
-SUPPORTED = "in_order=False is supported for map-style datasets and Mixtures in the loader's own order; "
+SUPPORTED = ("in_order=False is supported for map-style datasets and Mixtures in the loader's own order, and for "
+             "IterableDatasets; ")
 
 
 @pytest.mark.parametrize(
     "dataset, kwargs, message",
     [
-        (Stream(), {}, "this dataset is an IterableDataset: use in_order=True"),
         (Squares(4), {"sampler": range(4)}, "this loader has a custom sampler or batch_sampler: use in_order=True"),
         (Squares(4), {"batch_sampler": [[0, 1]]},
          "this loader has a custom sampler or batch_sampler: use in_order=True"),

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 
 class Gated(Dataset):
@@ -41,3 +42,37 @@ class Stragglers(Dataset):
         if index % self.every == self.every - 1:
             time.sleep(self.delay)
         return index
+
+
+class GatedReader:
+    """A JSONL reader of `tests.stream_jobs` shards whose items in `slow` wait until `gate`
+    (a multiprocessing Event) is set: a straggler that a test releases when it decides."""
+
+    def __init__(self, slow: set[int], gate) -> None:
+        self.slow = slow
+        self.gate = gate
+
+    def __call__(self, file):
+        for line in file:
+            item = json.loads(line)["id"]
+            if item in self.slow and not self.gate.wait(timeout=60):
+                raise TimeoutError(f"item {item} waited 60 s for its gate")
+            yield item
+
+
+class WorkerSplit(IterableDataset):
+    """Items 0 .. length-1, worker w of n yielding those with i % n == w; the items in `slow`
+    wait until `gate` (a multiprocessing Event) is set."""
+
+    def __init__(self, length: int, slow: set[int] = frozenset(), gate=None) -> None:
+        self.length = length
+        self.slow = slow
+        self.gate = gate
+
+    def __iter__(self):
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        for item in range(worker, self.length, workers):
+            if item in self.slow and not self.gate.wait(timeout=60):
+                raise TimeoutError(f"item {item} waited 60 s for its gate")
+            yield item

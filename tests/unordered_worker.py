@@ -73,7 +73,55 @@ def resume(args: dict[str, Any]) -> None:
     (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
 
 
-SCENARIOS = {f.__name__: f for f in (train_and_wait, resume)}
+def _stream_loader(args: dict[str, Any], slow: set[int], gate: Any, num_workers: int) -> Any:
+    from dist_resume import ResumableDataLoader
+    from dist_resume.streams import ShardedStream
+    from tests.unordered_datasets import GatedReader
+
+    # shuffle off, window 1: the epoch's items are the shards' in order; lengths given:
+    # counting would read the stragglers.
+    stream = ShardedStream(args["shards"], GatedReader(slow, gate), shuffle=False, window=1,
+                           lengths=[args["shard_items"]] * len(args["shards"]))
+    return ResumableDataLoader(stream, batch_size=3, num_workers=num_workers, in_order=False, even_batches=False)
+
+
+def stream_train_and_stop(args: dict[str, Any]) -> None:
+    """A ShardedStream: each rank's worker role 0 starts with an item held by a gate opened
+    only after the save, so the checkpoint holds role 1's batches alone. Then train on and
+    stop (the state taken at the save is what a kill leaves)."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import save_checkpoint
+
+    rank = _setup()
+    gate = multiprocessing.Event()
+    first = rank * len(args["shards"]) // 2 * 1000  # the first item of this rank's role 0
+    loader = _stream_loader(args, {first}, gate, num_workers=2)
+    consumed: list[list[int]] = []
+    iterator = iter(loader)
+    for step in range(1, args["save_step"] + 1):
+        batch = next(iterator)
+        dist.all_reduce(torch.ones(1))  # a training step, in lockstep
+        consumed.append(batch.tolist())
+    save_checkpoint({"loader": loader}, args["url"], args["save_step"])
+    (Path(args["out"]) / f"consumed-before-{rank}.json").write_text(json.dumps(consumed))
+    gate.set()
+    next(iterator)  # trained after the save: not in the checkpoint
+    del iterator
+
+
+def stream_resume(args: dict[str, Any]) -> None:
+    from dist_resume import load_checkpoint
+
+    rank = _setup()
+    loader = _stream_loader(args, set(), None, num_workers=1)
+    assert load_checkpoint({"loader": loader}, args["url"]) == args["save_step"]
+    consumed = [batch.tolist() for batch in loader]
+    (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
+
+
+SCENARIOS = {f.__name__: f for f in (train_and_wait, resume, stream_train_and_stop, stream_resume)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))

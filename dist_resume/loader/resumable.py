@@ -69,12 +69,14 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
       `snapshot_every` batches since (exact at any step; 1: no replay, a state round-trip
       per batch).
 
-    - `in_order=False` (map-style datasets and Mixtures in the loader's own order): batches
-      reach the loop in the order workers finish them, as with torch's DataLoader. The state
-      records the consumed prefix and the batches delivered beyond it (at most
-      `num_workers * prefetch_factor` missing ones); a resume, at any world size, batch size
-      or `num_workers`, trains every sample of the epoch exactly once (G1, G2), each with its
-      own seed (G4), in an order that is not the uninterrupted one (no G3).
+    - `in_order=False` (map-style datasets and Mixtures in the loader's own order, and
+      IterableDatasets): batches reach the loop in the order workers finish them, as with
+      torch's DataLoader. The state records the consumed prefix and the batches delivered
+      beyond it (at most `num_workers * prefetch_factor` missing ones; for a `ShardedStream`,
+      whose workers then read whole batches of their own runs of items, the batches each
+      worker handed on); a resume, at any world size, batch size or `num_workers` (other
+      IterableDatasets: the same ones), trains every sample of the epoch exactly once (G1,
+      G2), each with its own seed (G4), in an order that is not the uninterrupted one (no G3).
 
     An `IterableDataset` is resumed per worker (same world size and `num_workers`). A
     `ShardedStream`, or a Mixture of them, keeps the map-style promises: its global batches
@@ -149,7 +151,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
             seed = default_seed(generator, self.world_size)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self._stream = stream_cursor(dataset, sampler is not None or batch_sampler is not None, num_workers,
-                                     snapshot_every, persistent_workers, self.world_size, batch_size or 1)
+                                     snapshot_every, persistent_workers, self.world_size, batch_size or 1, in_order)
         self.shuffle = dataset.shuffle if isinstance(dataset, ShardedStream) else bool(shuffle)
         self.even_batches = even_batches
         self.deterministic_transforms = parse_choice(deterministic_transforms)
@@ -278,7 +280,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
         """The current iterator handed one more batch to the training loop."""
         progress = self._progress
         self._global_step += 1
-        if not self.in_order:
+        if not self.in_order and self._stream is None:
             return deliver(progress, self._arrivals.popleft(), self._layout(progress), self.rank)
         progress.batches += 1
         progress.samples += self._sizes.popleft()

@@ -54,7 +54,7 @@ class LoaderState:
             state_dict[rank_key(self.rank)][STREAM_KEY] = self._stream.state()
         if self._dataset_states is not None:
             state_dict[rank_key(self.rank)][DATASET_KEY] = self._dataset_states.state()
-        if not self.in_order:
+        if not self.in_order and self._stream is None:
             delivered = progress.delivered if progress.delivered is not None else Delivered(progress.batches)
             state_dict[rank_key(self.rank)][DELIVERED_KEY] = delivered.encode()
         sampler_rng = self._sampler_rng.state()

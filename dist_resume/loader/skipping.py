@@ -40,6 +40,9 @@ class BatchSkipping:
         warns; the next `iter()` then yields no batch, and the one after starts the next
         epoch. Other IterableDatasets and custom samplers are refused."""
         batches = checked_int("batches", batches, 0)
+        if self._stream is not None and not self.in_order:
+            raise ValueError(f"{_SUPPORTED}; this loader reads a stream with in_order=False, whose workers each "
+                             "read their own run of items: skip with in_order=True")
         if self._stream is not None and not self._stream.skippable:
             raise ValueError(f"{_SUPPORTED}; this loader reads an IterableDataset other than a ShardedStream, "
                              "whose stream has no positions to skip to")

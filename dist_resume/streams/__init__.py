@@ -3,7 +3,8 @@ and counts, the canonical streams that read them, the fixed rule of its global s
 workers' parts of a batch and their join, its recorded position), the per-worker readers
 and the main-process cursor that resumes any stream exactly where its last yielded batch
 left off, the checks of a saved stream state, and the step protocol (`steps`) by which a
-Mixture of streams is read the same way; the shard formats (`formats/`) and shards
+Mixture of streams is read the same way; a `ShardedStream` read with `in_order=False`
+(`unordered_*`: whole batches from each worker's own run of items); the shard formats (`formats/`) and shards
 opened ahead (`prefetch`). Imports `workers`, `positions`, `state`,
 `storage`, `randomness`, `errors` and `arguments`; never the loader, which drives it."""
 

@@ -11,7 +11,9 @@ Two kinds of stream:
   worker returns its part of every batch of the rank, and the parts
   of a batch are joined here (`steps`); progress is the global step of the rank's next
   batch, and a resume at any world size and `num_workers` continues the same global
-  batches from the step every rank reached (G2, G3).
+  batches from the step every rank reached (G2, G3). With `in_order=False` a
+  `ShardedStream`'s workers read whole batches of their own runs of items instead, handed
+  on as they arrive; progress is each role's count of batches (`unordered_records`).
 - any other IterableDataset: per role, the dataset's `state_dict()` every `snapshot_every`
   batches (if it has one) plus the items yielded since; a resume loads the snapshot into
   the worker of that role and skips those items (replays the whole stream without one).
@@ -19,6 +21,7 @@ Two kinds of stream:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -36,8 +39,11 @@ from dist_resume.positions.layout import TailMode
 from dist_resume.streams.readers import RoleInit, WorkerStream, unwrap
 from dist_resume.streams.records import SnapshotRecords
 from dist_resume.streams.step_records import StepRecords, StreamSkip
+from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.steps import BatchCollate, StepSettings, joined, step_source
-from dist_resume.streams.stream_state import KIND_WORDS, META, read_meta
+from dist_resume.streams.stream_state import CANONICAL_KIND, KIND_WORDS, META, UNORDERED_KIND, read_meta
+from dist_resume.streams.unordered_pass import in_order_position, remaining_after
+from dist_resume.streams.unordered_records import UnorderedRecords
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
 STREAM_KEY = "stream"
@@ -59,14 +65,16 @@ class StreamCursor:
     """The main-process side of an IterableDataset: records, state, and the inner loader."""
 
     def __init__(self, dataset: IterableDataset, num_workers: int, snapshot_every: int, persistent_workers: bool,
-                 world_size: int, batch_size: int) -> None:
+                 world_size: int, batch_size: int, in_order: bool = True) -> None:
         snapshot_every = checked_int("snapshot_every", snapshot_every, 1)
         self.num_workers = num_workers
         self.roles = max(num_workers, 1)
-        source = step_source(dataset)
-        if source is not None:
-            self._records: SnapshotRecords | StepRecords = StepRecords(source, world_size * self.roles, world_size,
-                                                                        batch_size)
+        source = self._source = step_source(dataset)
+        self._records: SnapshotRecords | StepRecords | UnorderedRecords
+        if isinstance(source, ShardedStream) and not in_order:
+            self._records = UnorderedRecords(source, world_size, batch_size, self.roles)
+        elif source is not None:
+            self._records = StepRecords(source, world_size * self.roles, world_size, batch_size)
         else:
             check_resumable(dataset)
             self._records = SnapshotRecords(dataset, self.roles, snapshot_every, num_workers == 0,
@@ -90,6 +98,8 @@ class StreamCursor:
         if isinstance(self._records, StepRecords):
             self._collate = BatchCollate(collate, owner.batch_size is not None)
             resume = self._records.resume(self._settings(owner, epoch, rank), self._collate)
+        elif isinstance(self._records, UnorderedRecords):
+            resume = self._records.resume(epoch, rank, _mode(owner), BatchCollate(collate, owner.batch_size is not None))
         else:
             resume = self._records.resume(epoch, rank, world_size)
         worker_stream = WorkerStream(
@@ -114,16 +124,18 @@ class StreamCursor:
             generator=owner.generator,
             prefetch_factor=owner.prefetch_factor,
             pin_memory_device=owner.pin_memory_device,
+            in_order=owner.in_order,
         )
 
     def _settings(self, owner: DataLoader, epoch: int, rank: int) -> StepSettings:
-        return self._records.settings(epoch, rank, TailMode.of(owner.drop_last, getattr(owner, "even_batches", True)),
-                                      owner.seed, owner.shuffle)
+        return self._records.settings(epoch, rank, _mode(owner), owner.seed, owner.shuffle)
 
     def batches(self, owner: DataLoader, progress: Any, fresh: bool) -> int:
         """Batches this rank yields in `progress`'s epoch in total (`fresh`: an epoch the
         next `iter()` starts, else the current one, of which `progress.batches` were
         yielded): known for a ShardedStream, else -1."""
+        if isinstance(self._records, UnorderedRecords):
+            return progress.batches + self._records.remaining(owner.rank, _mode(owner), fresh)
         if not isinstance(self._records, StepRecords):
             return -1
         settings = self._settings(owner, progress.epoch, owner.rank)
@@ -177,13 +189,13 @@ class StreamCursor:
         for saved_rank, meta in metas.items():
             if (meta.kind, meta.num_workers, meta.digest) != (kind, num_workers, digest):
                 raise ResumeStateError(f"{_where(saved_rank)} field {META!r} disagrees with the other ranks' entries")
-        if kind != self._records.kind:
+        if kind != self._records.kind and {kind, self._records.kind} != {CANONICAL_KIND, UNORDERED_KIND}:
             raise ResumeStateError(f"loader state was saved for {KIND_WORDS[kind]}; this loader reads {KIND_WORDS[self._records.kind]}")
         if digest != self._records.digest():
             raise ResumeStateError(f"{_where(next(iter(metas)))} field {META!r} was saved for a ShardedStream with "
                                    "other shards, shuffle, window or seed")
-        if isinstance(self._records, StepRecords):
-            own, adopt_records = self._records.accept(entries, _where, saved, rank)
+        if kind in (CANONICAL_KIND, UNORDERED_KIND):
+            own, adopt_records = self._accept_steps(entries, saved, rank, kind, max(num_workers, 1))
             return own, self._adopt(adopt_records, -1)
         saved_world_size = saved.any.world_size
         if (saved_world_size, max(num_workers, 1)) == (world_size, self.roles):
@@ -197,12 +209,46 @@ class StreamCursor:
             "ShardedStream resumes only with the saved world size and num_workers"
         )
 
+    def _accept_steps(self, entries: Mapping[int, Mapping[str, Any]], saved: SavedStates, rank: int, kind: int,
+                      roles: int) -> tuple[RankState, Callable[[], None]]:
+        """A `ShardedStream`'s state, saved with in_order=True (`kind` CANONICAL_KIND) or
+        False, continued in this loader's order: a state of the other order is continued
+        from the rest of the epoch it leaves (an in-order loader needs that rest to be an
+        epoch position of its order, which is the case at a fresh or finished epoch)."""
+        records, mode = self._records, TailMode.of(bool(saved.any.drop_last), bool(saved.any.even_batches))
+        if kind == records.kind:
+            if isinstance(records, UnorderedRecords):
+                return records.accept(entries, _where, saved, rank, roles, mode)
+            return records.accept(entries, _where, saved, rank)
+        stream = self._source
+        if isinstance(records, UnorderedRecords):
+            in_order = StepRecords(stream, records.world_size * self.roles, records.world_size, records.batch_size)
+            own, adopt_position = in_order.accept(entries, _where, saved, rank)
+            adopt_position()  # of this throw-away record: the position it continues
+            runs = remaining_after(in_order.position, stream.stream_lengths(in_order.canonical_streams))
+            return dataclasses.replace(own, rank=rank, world_size=records.world_size, batch_size=records.batch_size,
+                                       global_batch=records.world_size * records.batch_size), \
+                records.continue_in_order(runs)
+        unordered = UnorderedRecords(stream, saved.any.world_size, saved.any.batch_size, roles)
+        runs = unordered.rest_of_epoch(entries, _where, saved, roles, mode)
+        position = in_order_position(runs, stream.stream_lengths(records.canonical_streams))
+        if position is None:
+            raise ResumeStateError(
+                "loader state was saved with in_order=False after batches of a ShardedStream were handed on out of "
+                "the in-order sequence, whose rest an in_order=True loader cannot continue: resume this epoch with "
+                "in_order=False (in_order=True can take over at the next epoch)")
+        return records.continue_at(position, saved, rank)
+
     def _adopt(self, adopt_records: Callable[[], None], last_role: int) -> Callable[[], None]:
         def adopt() -> None:
             adopt_records()
             self._last_role = last_role
 
         return adopt
+
+
+def _mode(owner: DataLoader) -> TailMode:
+    return TailMode.of(owner.drop_last, getattr(owner, "even_batches", True))
 
 
 def _where(rank: int) -> str:

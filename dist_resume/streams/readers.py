@@ -12,6 +12,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from dist_resume.randomness.seeds import SampleSeeder, derive_seed
 from dist_resume.streams.datapipes import PipeSettings, configure
 from dist_resume.streams.steps import StepReader
+from dist_resume.streams.unordered_reader import UnorderedReader
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful, play_role, state_now
 
 
@@ -94,8 +95,8 @@ class WorkerStream(IterableDataset):
         configure(self.dataset, self._pipe, role, roles)
         return self._batches(self._resume(self.dataset, role, roles), role)
 
-    def _batches(self, reader: SnapshotReader | StepReader, role: int) -> Iterator[Tagged]:
-        if isinstance(reader, StepReader):
+    def _batches(self, reader: SnapshotReader | StepReader | UnorderedReader, role: int) -> Iterator[Tagged]:
+        if isinstance(reader, (StepReader, UnorderedReader)):
             yield from reader.parts()
             return
         size = self._batch_size or 1

@@ -57,6 +57,9 @@ class ShardedStream(IterableDataset):
       inside one stream's chunk, read by two ranks: at most `1 + (world_size - 1) / C`
       times the above. When `C` does not divide `G` the boundaries move from step to step
       and more streams are shared: keep `G` a multiple of `C` (benchmarks B8).
+    - With `in_order=False` each worker reads whole batches of its own run of items and the
+      loader hands on whichever arrives first; every item once per epoch across resumes at
+      any layout, in another order (no G3; docs/slow-steps.md).
     - State: per rank a few integers (the canonical stream count, `G`, the epoch position
       of its next batch, digests of the shards' counts and of the reader), whatever the
       number of shards (G5). A state for other shards, `canonical_streams`, reader or

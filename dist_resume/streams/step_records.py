@@ -52,6 +52,11 @@ class StepRecords:
     def global_batch(self) -> int:
         return self.world_size * self.batch_size
 
+    @property
+    def position(self) -> int:
+        """The epoch position this rank's next batch starts at."""
+        return self._position
+
     def start_epoch(self) -> None:
         self._position = 0
 
@@ -123,6 +128,19 @@ class StepRecords:
 
         def adopt() -> None:
             self.canonical_streams, self._position = first.canonical_streams, position
+
+        return own, adopt
+
+    def continue_at(self, position: int, saved: SavedStates, rank: int) -> tuple[RankState, Callable[[], None]]:
+        """The progress this rank continues from epoch position `position` (the rest of a
+        state saved in another order, see `cursor`), and what adopts the position."""
+        furthest = max(saved.ranks.values(), key=lambda state: state.batches_consumed)
+        finished = position == epoch_items(self._stream)
+        own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
+                                  global_batch=self.global_batch, epoch_finished=int(finished))
+
+        def adopt() -> None:
+            self._position = position
 
         return own, adopt
 

@@ -3,6 +3,7 @@
 A stream entry of rank `r` is ``{"meta": int64[kind, num_workers, last role, digest], ...}``
 and, for a `ShardedStream`, ``"canonical"``: int64[canonical streams, global batch, epoch
 position, lengths digest, reader digest] (the same few integers at any number of shards, G5);
+read with `in_order=False`, the fields of `unordered_records`;
 for any other IterableDataset, ``"items"``: int64[roles] and optional ``"snapshot_<role>"``.
 A `ShardedStream` state of the earlier per-shard format (``"consumed"`` and ``"finished"``
 per shard) is refused with the reason.
@@ -22,9 +23,9 @@ from dist_resume.state.fields import MAX_WORLD_SIZE, ResumeStateError
 META = "meta"
 CANONICAL = "canonical"
 # 1 was the per-shard ShardedStream state of earlier versions, which nothing resumes now.
-SNAPSHOT_KIND, PER_SHARD_KIND, CANONICAL_KIND = 0, 1, 2
+SNAPSHOT_KIND, PER_SHARD_KIND, CANONICAL_KIND, UNORDERED_KIND = 0, 1, 2, 3
 KIND_WORDS = {SNAPSHOT_KIND: "an IterableDataset", PER_SHARD_KIND: "a ShardedStream of the per-shard format",
-              CANONICAL_KIND: "a ShardedStream"}
+              CANONICAL_KIND: "a ShardedStream", UNORDERED_KIND: "a ShardedStream read with in_order=False"}
 
 
 class StreamMeta(NamedTuple):

@@ -1,0 +1,165 @@
+"""What the main process records of a `ShardedStream` read with `in_order=False`: the rest of
+the epoch its pass serves and how many batches each worker role of this rank handed to the
+training loop (`unordered_pass`); saved as the rank's stream entry and continued on resume,
+at the same or another world size, batch size or `num_workers` (G1 for in_order=False, G2).
+
+Entry fields, besides ``meta``: ``"unordered"``: int64[lengths digest, reader digest,
+batches consumed by each role] and `RUNS_KEY`: int64[start, stop, start, stop, ...], the
+pass's runs (the same on every rank of a job). Its size changes with the runs, so plain
+`dcp.load` into a fresh loader fails DCP's size check on a key whose name says what to use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from dist_resume.positions.layout import TailMode
+from dist_resume.state.fields import RankState, ResumeStateError
+from dist_resume.state.saved import SavedStates
+from dist_resume.streams.stream_state import UNORDERED_KIND, int_list
+from dist_resume.streams.unordered_pass import Runs, UnorderedPass, merged_runs
+from dist_resume.streams.unordered_reader import UnorderedResume
+from dist_resume.workers.roles import Tagged
+
+UNORDERED = "unordered"
+RUNS_KEY = "runs__load_with_dist_resume_load_checkpoint"
+
+
+class UnorderedRecords:
+    """This rank's batches per worker role in the current pass of a `ShardedStream`."""
+
+    kind = UNORDERED_KIND
+    carry = False
+
+    def __init__(self, stream: Any, world_size: int, batch_size: int, roles: int) -> None:
+        self._stream = stream
+        self.world_size = world_size
+        self.batch_size = batch_size
+        self.roles = roles
+        self._runs: Runs | None = None  # None: the whole epoch
+        self._counts = [0] * roles
+
+    @property
+    def length(self) -> int:
+        """What the loader's state calls the dataset length: the number of shards."""
+        return self._stream.saved_length
+
+    def start_epoch(self) -> None:
+        self._runs = None
+        self._counts = [0] * self.roles
+
+    def _pass(self, mode: TailMode, fresh: bool = False) -> UnorderedPass:
+        total = sum(self._stream.lengths())
+        runs = merged_runs([(0, total)]) if fresh or self._runs is None else self._runs
+        return UnorderedPass(runs, total, self.world_size, self.batch_size, mode, self.roles)
+
+    def remaining(self, rank: int, mode: TailMode, fresh: bool) -> int:
+        """Batches this rank still yields in the pass (`fresh`: in a new epoch's)."""
+        served = self._pass(mode, fresh)
+        counts = [0] * self.roles if fresh else self._counts
+        return sum(len(served.role_batches(rank, role)) - counts[role] for role in range(self.roles))
+
+    def resume(self, epoch: int, rank: int, mode: TailMode, collate: Callable[[list[Any]], Any]) -> UnorderedResume:
+        self._stream.lengths()  # counted here once, before workers copy the stream
+        return UnorderedResume(self._pass(mode), epoch, rank, list(self._counts), collate)
+
+    def record(self, tagged: Tagged) -> None:
+        """A batch of `tagged.role` was handed to the training loop."""
+        self._counts[tagged.role] += 1
+
+    def digest(self) -> int:
+        return self._stream.digest
+
+    def state(self) -> dict[str, Any]:
+        stream = self._stream
+        runs = self._runs if self._runs is not None else merged_runs([(0, sum(stream.lengths()))])
+        values = [stream.lengths_digest(), stream.reader_digest, *self._counts]
+        return {UNORDERED: torch.tensor(values, dtype=torch.int64),
+                RUNS_KEY: torch.tensor([value for run in runs for value in run], dtype=torch.int64)}
+
+    def rest_of_epoch(self, entries: Mapping[int, Mapping[str, Any]], where: Callable[[int], str],
+                      saved: SavedStates, roles: int, mode: TailMode) -> Runs:
+        """The items no saved rank consumed (needs every rank's entry)."""
+        saved.one_epoch("with in_order=True", "in_order=False", "order of delivery")
+        served, counts = self._saved_pass(entries, where, saved, roles, mode)
+        return served.leftover(counts)
+
+    def accept(self, entries: Mapping[int, Mapping[str, Any]], where: Callable[[int], str], saved: SavedStates,
+               rank: int, roles: int, mode: TailMode) -> tuple[RankState, Callable[[], None]]:
+        """Check every saved rank's entry (saved with `roles` worker roles); return the
+        progress this rank continues and what continues the stream from it: its own roles'
+        counts in an unchanged layout (G1), else a new pass over what no rank consumed (G2)."""
+        served, counts = self._saved_pass(entries, where, saved, roles, mode)
+        if (saved.any.world_size, saved.any.batch_size, roles) == (self.world_size, self.batch_size, self.roles):
+            if rank not in saved.ranks:
+                saved.require_complete(f"resuming rank {rank}")
+            runs, own_counts = served.runs, counts[rank]
+            own = saved.ranks[rank]
+        else:
+            saved.one_epoch(f"at world size {self.world_size}, batch size {self.batch_size}, {self.roles} worker "
+                            "role(s)", f"world size {saved.any.world_size}, batch size {saved.any.batch_size}, "
+                            f"{roles} worker role(s)", "world size, batch size or num_workers")
+            runs, own_counts = served.leftover(counts), [0] * self.roles
+            furthest = max(saved.ranks.values(), key=lambda state: state.batches_consumed)
+            finished = UnorderedPass(runs, served.epoch_items, self.world_size, self.batch_size, mode,
+                                     self.roles).num_batches(rank) == 0
+            own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
+                                      global_batch=self.world_size * self.batch_size, epoch_finished=int(finished))
+
+        def adopt() -> None:
+            self._runs, self._counts = runs, own_counts
+
+        return own, adopt
+
+    def continue_in_order(self, runs: Runs) -> Callable[[], None]:
+        """What starts this rank's pass over `runs` (the rest of an in-order state)."""
+
+        def adopt() -> None:
+            self._runs, self._counts = runs, [0] * self.roles
+
+        return adopt
+
+    def _saved_pass(self, entries: Mapping[int, Mapping[str, Any]], where: Callable[[int], str],
+                    saved: SavedStates, roles: int, mode: TailMode) -> tuple[UnorderedPass, dict[int, list[int]]]:
+        stream = self._stream
+        total = sum(stream.lengths())
+        counts, runs = {}, None
+        for saved_rank, entry in entries.items():
+            lengths_digest, reader_digest, *counts[saved_rank] = int_list(entry, UNORDERED, where(saved_rank),
+                                                                          2 + roles)
+            if reader_digest != stream.reader_digest:
+                raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved with another reader "
+                                       f"(digest {reader_digest}); this ShardedStream's reader has digest "
+                                       f"{stream.reader_digest}")
+            if lengths_digest != stream.lengths_digest():
+                raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved for shards of other item "
+                                       "counts: a shard changed since, or lengths= differs")
+            own_runs = _read_runs(entry, where(saved_rank), total)
+            if runs is not None and own_runs != runs:
+                raise ResumeStateError(f"{where(saved_rank)} field {RUNS_KEY!r} disagrees with the other ranks' "
+                                       "entries")
+            runs = own_runs
+        state = saved.any
+        served = UnorderedPass(runs, total, state.world_size, state.batch_size, mode, roles)
+        for saved_rank, rank_counts in counts.items():
+            for role, count in enumerate(rank_counts):
+                if not 0 <= count <= len(served.role_batches(saved_rank, role)):
+                    raise ResumeStateError(
+                        f"{where(saved_rank)} field {UNORDERED!r} says role {role} consumed {count} batches of "
+                        f"its {len(served.role_batches(saved_rank, role))}")
+        return served, counts
+
+
+def _read_runs(entry: Mapping[str, Any], where: str, total: int) -> Runs:
+    values = entry.get(RUNS_KEY)
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.int64 or values.dim() != 1:
+        raise ResumeStateError(f"{where} has no 1-D int64 {RUNS_KEY!r} tensor")
+    flat = values.tolist()
+    runs = tuple(zip(flat[::2], flat[1::2]))
+    if len(flat) % 2 or merged_runs(runs) != runs or (runs and not 0 <= runs[0][0] <= runs[-1][1] <= total):
+        raise ResumeStateError(f"{where} field {RUNS_KEY!r} is not ascending runs of an epoch of {total} items")
+    return runs
