@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from dist_resume.positions.layout import TailMode
-from dist_resume.streams.canonical import StepLayout, owner, step_chunks, stream_lengths
+from dist_resume.streams.canonical import StepLayout, owner, step_chunks, stream_lengths, window
 from dist_resume.streams.sharded import stream_spans
 from dist_resume.streams.stream_state import CANONICAL, CanonicalPosition, read_position
 
@@ -89,6 +89,25 @@ def test_g2_ends_are_even_and_every_item_comes_once(total, streams, world_size, 
     else:
         assert len(set(counts)) == 1 and len(flat) == -(-total // global_batch) * global_batch
         assert sorted(set(flat)) == epoch_items(lengths)  # every item, the padding repeating some
+
+
+@given(totals, canonical, st.integers(1, 4), st.integers(1, 5), st.integers(0, 60), modes)
+def test_a_rank_batch_is_its_window_of_the_step_at_its_position(total, streams, world_size, batch_size, origin, mode):
+    """The rule itself, step by step (StepLayout lays out a full step once per rank and
+    `start % C`, and shifts it): rank `r`'s batch `j` is `[r*b, (r+1)*b)` of the step at
+    `origin + j*G`, its padding kept only when the final step is padded."""
+    lengths, origin = stream_lengths(total, streams), min(origin, total)
+    layout, global_batch = StepLayout(lengths, origin, world_size, batch_size, mode), world_size * batch_size
+    for rank in range(world_size):
+        for step in range(layout.num_batches(rank)):
+            expected = window(step_chunks(lengths, origin + step * global_batch, global_batch), rank * batch_size,
+                              (rank + 1) * batch_size)
+            batch = layout.batch(rank, step)
+            if mode is TailMode.PAD:
+                assert batch == expected
+            else:
+                assert items(batch) == items(expected, padding=False)
+                assert [piece.offset for piece in batch] == [sum(p.count for p in batch[:i]) for i in range(len(batch))]
 
 
 @given(totals, canonical, st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.integers(0, 40))

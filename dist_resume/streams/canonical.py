@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 from dist_resume.positions.layout import TailMode
 
+SHAPE_PIECES = 1 << 16  # pieces a StepLayout keeps of the shapes of full steps
+
 
 class Piece(NamedTuple):
     """Items `[start, start + count)` of canonical stream `stream` (or of the reader another
@@ -102,6 +104,8 @@ class StepLayout:
         self.batch_size = batch_size
         self.global_batch = world_size * batch_size
         self.mode = mode
+        self._shapes: dict[tuple[int, int], list[Piece]] = {}
+        self._shaped_pieces = 0
 
     def num_batches(self, rank: int) -> int:
         """Batches rank `rank` gets from `origin` to the epoch's end."""
@@ -116,7 +120,23 @@ class StepLayout:
 
     def batch(self, rank: int, step: int) -> list[Piece]:
         """Rank `rank`'s batch of step `step` (counted from `origin`), piece by piece."""
-        layout = step_chunks(self.lengths, self.origin + step * self.global_batch, self.global_batch)
+        start = self.origin + step * self.global_batch
+        if start + self.global_batch > self.total:
+            return self._batch(rank, start)
+        # A full step (no padding) is the full step at `start % C` with every stream's items
+        # `start // C` further on: its shape is computed once per rank and phase.
+        shift, phase = divmod(start, len(self.lengths))
+        shape = self._shapes.get((rank, phase))
+        if shape is None:
+            shape = self._batch(rank, phase)
+            if self._shaped_pieces + len(shape) <= SHAPE_PIECES:  # bounded at huge C: C / gcd(G, C) phases
+                self._shapes[rank, phase] = shape
+                self._shaped_pieces += len(shape)
+        return [Piece(piece.stream, piece.start + shift, piece.count, piece.offset) for piece in shape]
+
+    def _batch(self, rank: int, start: int) -> list[Piece]:
+        """Rank `rank`'s part of the step at epoch position `start`."""
+        layout = step_chunks(self.lengths, start, self.global_batch)
         mine = window(layout, rank * self.batch_size, (rank + 1) * self.batch_size)
         if self.mode is TailMode.PAD:
             return mine

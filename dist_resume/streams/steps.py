@@ -99,13 +99,15 @@ class StepReader:
         with the epoch position after the batch's step."""
         settings = self._settings
         layout = step_layout(self._stream, settings)
+        owner, role, roles = layout.owner, self._role, self._roles
         for step in range(layout.num_batches(settings.rank)):
             batch = layout.batch(settings.rank, step)
-            mine = [piece for piece in batch if layout.owner(piece.stream, self._roles) == self._role]
+            mine = [piece for piece in batch if owner(piece.stream, roles) == role]
             pieces = tuple((piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine)
             items = sum(piece.count for piece in mine)
             if mine and len(mine) == len(batch):
-                part = Part((), self._collate([item for _, values in pieces for item in values]))
+                values = pieces[0][1] if len(pieces) == 1 else [item for _, values in pieces for item in values]
+                part = Part((), self._collate(values))
             else:
                 part = Part(pieces)
             yield Tagged(part, self._role, items, layout.end(step))

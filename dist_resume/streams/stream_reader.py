@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from dist_resume.streams.prefetch import ShardFiles
@@ -22,6 +22,7 @@ class CanonicalReader:
         self._items = items
         self._ends = list(itertools.accumulate(end - first for _, _, _, first, end in self._spans))
         self._position = -1  # index of the next item of self._iterator; -1: none open
+        self._blocks: Generator[list[Any], None, None] | None = None  # what self._iterator chains
         self._iterator: Iterator[Any] = iter(())
 
     def take(self, start: int, count: int) -> list[Any]:
@@ -31,7 +32,9 @@ class CanonicalReader:
             for _ in itertools.islice(self._iterator, start - self._position):
                 pass
         elif start != self._position:
-            self._iterator = self._from(start)
+            self.close()
+            self._blocks = self._from(start)
+            self._iterator = itertools.chain.from_iterable(self._blocks)
         values = list(itertools.islice(self._iterator, count))
         self._position = start + count
         return values
@@ -46,20 +49,21 @@ class CanonicalReader:
     def close(self) -> None:
         """Close the shard being read now (its generator refers back to this reader, so
         dropping the reader alone leaves the file open until a garbage collection)."""
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()
+        if self._blocks is not None:
+            self._blocks.close()
+        self._blocks, self._iterator = None, iter(())
         self._position = -1
 
     def all(self) -> Iterator[Any]:
-        return self._from(0)
+        return itertools.chain.from_iterable(self._from(0))
 
-    def _from(self, start: int) -> Iterator[Any]:
+    def _from(self, start: int) -> Generator[list[Any], None, None]:
+        """Lists of the items from `start` on."""
         first = bisect.bisect_right(self._ends, start)
         skip = start - (self._ends[first - 1] if first else 0)
         spans = self._spans[first:]
         # While one shard is read, the next one opens (closed if this read is abandoned).
         with ShardFiles([url for url, *_ in spans], self._items.storage_options) as files:
             for url, shard, count, begin, end in spans:
-                yield from self._items.items(url, shard, count, begin + skip, end, files)
+                yield from self._items.blocks(url, shard, count, begin + skip, end, files)
                 skip = 0
