@@ -1,5 +1,6 @@
 """A worker process's life in a job: it ends with its launcher, and leaves the process group
-at the job's end so that it exits."""
+at the job's end so that it exits; what the library's collectives need of the job's group
+(its timeout, the device its tensors live on, the transport's errors)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import ctypes
 import os
 import signal
 import sys
+from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -47,3 +51,43 @@ def shut_down_distributed() -> None:
     barrier.wait()
     dist.destroy_process_group()
     del barrier  # freed on this thread, after the gloo threads have stopped
+
+
+def group_timeout(group: dist.ProcessGroup | None = None) -> timedelta:
+    """How long ``group``'s collectives wait for a peer (set by ``init_process_group`` or
+    ``new_group``); torch's default where the backend does not say."""
+    pg = group or dist.group.WORLD
+    for device in ("cpu", "cuda"):
+        try:
+            return pg._get_backend(torch.device(device)).options._timeout
+        except (AttributeError, RuntimeError):
+            continue
+    return default_pg_timeout
+
+
+def collective_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """Where the tensors of a collective on ``group`` live: the CPU for gloo (alone or beside
+    another backend), else the current accelerator (NCCL takes no CPU tensors)."""
+    if "gloo" in str(dist.get_backend(group)):
+        return torch.device("cpu")
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None:
+        return torch.device("cpu")
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
+
+
+# Errors of the transport under a collective (a peer that exited, or did not come in time);
+# torch raises them as plain RuntimeErrors from gloo or NCCL.
+_TRANSPORT_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out", "timed out")
+
+
+def peer_failure(exc: BaseException, what: str, group: dist.ProcessGroup | None = None) -> str | None:
+    """What to say when ``exc``, raised by a collective of ``what``, means that a peer rank is
+    gone or did not take part within ``group``'s timeout; None if it means something else."""
+    if not isinstance(exc, RuntimeError) or not (isinstance(exc, dist.DistError)
+                                                 or any(word in str(exc) for word in _TRANSPORT_WORDS)):
+        return None
+    seconds = group_timeout(group).total_seconds()
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return (f"{what}: a peer rank is gone or did not take part within the process group's timeout "
+            f"({seconds:g} s) ({type(exc).__name__}: {detail})")

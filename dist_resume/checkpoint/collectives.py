@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any, Callable, TypeVar
 
-import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.constants import default_pg_timeout
 
 from dist_resume.errors import CheckpointError
+from dist_resume.process_group import group_timeout, peer_failure
 from dist_resume.storage import Location
 
 T = TypeVar("T")
@@ -50,23 +48,6 @@ def on_rank0(group: dist.ProcessGroup | None, fn: Callable[[], T]) -> T:
 _GLOO_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
-def group_timeout(group: dist.ProcessGroup | None) -> timedelta:
-    """How long ``group``'s collectives wait for a peer (set by ``init_process_group`` or
-    ``new_group``); torch's default where the backend does not say."""
-    pg = group or dist.group.WORLD
-    for device in ("cpu", "cuda"):
-        try:
-            return pg._get_backend(torch.device(device)).options._timeout
-        except (AttributeError, RuntimeError):
-            continue
-    return default_pg_timeout
-
-
-# Errors of the transport under a collective (a peer that exited, or did not come in time);
-# torch raises them as plain RuntimeErrors from gloo or NCCL.
-_TRANSPORT_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out", "timed out")
-
-
 @contextmanager
 def peers_answer(what: str, group: dist.ProcessGroup | None) -> Iterator[None]:
     """Collectives of ``what`` ("cannot save step 5 at URL"): a peer rank that is gone or
@@ -75,12 +56,10 @@ def peers_answer(what: str, group: dist.ProcessGroup | None) -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:
-        if not (isinstance(exc, dist.DistError) or any(word in str(exc) for word in _TRANSPORT_WORDS)):
+        message = peer_failure(exc, what, group)
+        if message is None:
             raise
-        seconds = group_timeout(group).total_seconds()
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise CheckpointError(f"{what}: a peer rank is gone or did not take part within the process group's "
-                              f"timeout ({seconds:g} s) ({type(exc).__name__}: {detail})") from None
+        raise CheckpointError(message) from None
 
 
 def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:

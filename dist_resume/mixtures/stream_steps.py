@@ -25,7 +25,8 @@ from torch.utils.data import Dataset
 from dist_resume.mixtures.schedule import Schedule
 from dist_resume.mixtures.source_orders import SourceOrders, name_key
 from dist_resume.positions.layout import TailMode
-from dist_resume.randomness.seeds import derive_seed
+from dist_resume.randomness.per_item import ItemSeeding
+from dist_resume.randomness.seeds import derive_seed, derive_seeds
 from dist_resume.streams.canonical import Piece, owner, step_chunks, window
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.steps import StepSettings
@@ -152,17 +153,23 @@ class MixtureLayout:
 
 
 class MapDraws:
-    """The draws of a map-style source, by draw number, read in its source order."""
+    """The draws of a map-style source, by draw number, read in its source order; with
+    `seeding`, draw `d` is fetched under the seed `(seeding.seed, d)` (G4)."""
 
-    def __init__(self, dataset: Dataset, source: int, orders: SourceOrders) -> None:
+    def __init__(self, dataset: Dataset, source: int, orders: SourceOrders, seeding: ItemSeeding | None) -> None:
         self._dataset = dataset
         self._source = source
         self._orders = orders
+        self._seeding = seeding
 
     def take(self, start: int, count: int) -> list[Any]:
         draws = torch.arange(start, start + count, dtype=torch.int64)
         sources = torch.full_like(draws, self._source)
-        return [self._dataset[index] for index in self._orders.indices(sources, draws).tolist()]
+        indices = self._orders.indices(sources, draws).tolist()
+        if self._seeding is None:
+            return [self._dataset[index] for index in indices]
+        seeds = derive_seeds(self._seeding.seed, 0, range(start, start + count))
+        return self._seeding.each(self._dataset.__getitem__, indices, seeds)
 
 
 class MixtureSteps:
@@ -215,13 +222,19 @@ class MixtureSteps:
         return MixtureLayout(self.step_order(settings.epoch, settings.canonical_streams), settings.origin,
                              settings.world_size, settings.batch_size, settings.mode)
 
-    def canonical_reader(self, epoch: int, key: SourceKey, canonical_streams: int) -> Any:
-        """The reader of `key` (the loader `epoch` plays no part: keys count source-epochs)."""
+    def canonical_reader(self, epoch: int, key: SourceKey, canonical_streams: int,
+                         seeding: ItemSeeding | None = None) -> Any:
+        """The reader of `key` (the loader `epoch` plays no part: keys count source-epochs).
+        With `seeding`, an item's seed is `(seed, source, source-epoch, position in the
+        source's epoch order)` for a stream source, `(seed, source, draw)` for a map-style
+        one: fixed by the mixture's arithmetic, whoever reads it (G4)."""
         source = self._sources[key.source]
+        own = None if seeding is None else seeding.derived(key.source)
         if key.epoch >= 0:
-            return source.canonical_reader(key.epoch, key.stream, canonical_streams)
+            return source.canonical_reader(key.epoch, key.stream, canonical_streams, own)
         mixture = self._mixture
-        return MapDraws(source, key.source, SourceOrders(mixture.names, mixture.lengths, self._seed, self._shuffle))
+        return MapDraws(source, key.source, SourceOrders(mixture.names, mixture.lengths, self._seed, self._shuffle),
+                        own)
 
     def _combine(self, of_stream: Callable[[ShardedStream], int], of_map: Callable[[str, int], int]) -> int:
         mixture = self._mixture

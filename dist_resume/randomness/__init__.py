@@ -1,5 +1,6 @@
 """Seeds and generators (G4): seeds derived from `(seed, epoch, position)`, the per-sample
-generator a dataset draws from (`sample_seed`, `sample_generator`), views of the global
+generator a dataset draws from (`sample_seed`, `sample_generator`), the per-item seeding of a
+stream's items (`per_item`), views of the global
 `torch`, `random` and `numpy` generators to seed and restore them, and the generator state
 of a user's random sampler. The bottom of the data path: imports nothing of dist_resume."""
 

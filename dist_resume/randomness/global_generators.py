@@ -123,8 +123,9 @@ class RandomGenerator(Generator):
 
     def __init__(self) -> None:
         self._instance = random._inst
-        twister = _view(id(self._instance) + object.__basicsize__, _RANDOM_LAYOUT.size)
-        self._raw = self._layout_matches(twister)
+        twister = self._twister = _view(id(self._instance) + object.__basicsize__, _RANDOM_LAYOUT.size)
+        self._raw = self._layout_matches(twister) and _writes_back(
+            (twister,), random.getstate, random.setstate, lambda: random.getrandbits(32 * 700))
         if self._raw:
             self.views = (memoryview(twister),)
             self.extra = functools.partial(getattr, self._instance, "gauss_next")
@@ -154,8 +155,8 @@ class RandomGenerator(Generator):
             random.setstate(snapshot)
             return
         raw, gauss_next = snapshot
-        index, *words = _RANDOM_LAYOUT.unpack(raw)
-        random.setstate((3, (*words, index), gauss_next))
+        ctypes.memmove(self._twister, raw, len(raw))  # setstate's tuple of 625 ints costs 100x more
+        self._instance.gauss_next = gauss_next
 
 
 class NumpyGenerator(Generator):
@@ -167,9 +168,11 @@ class NumpyGenerator(Generator):
 
     def __init__(self) -> None:
         self._state = numpy.random.mtrand._rand
-        twister = _view(self._state._bit_generator.ctypes.state_address, _NUMPY_LAYOUT.size)
-        gauss = self._find_gauss(twister)
-        self._raw = gauss is not None
+        twister = self._twister = _view(self._state._bit_generator.ctypes.state_address, _NUMPY_LAYOUT.size)
+        gauss = self._gauss = self._find_gauss(twister)
+        self._raw = gauss is not None and _writes_back(
+            (twister, gauss), self._state.get_state, self._state.set_state,
+            lambda: (self._state.standard_normal(), self._state.random_sample(700)))
         if gauss is not None:
             self.views = (memoryview(twister), memoryview(gauss))
             self.snapshot = lambda: (twister.raw + gauss.raw, None)
@@ -209,15 +212,32 @@ class NumpyGenerator(Generator):
             state.set_state(saved)
 
     def restore(self, snapshot: Any) -> None:
-        if not self._raw:
-            key, pos, has_gauss, gauss = snapshot
-        else:
+        if self._raw:  # set_state's conversions cost 100x more
             raw, _ = snapshot
-            raw, cache = raw[: _NUMPY_LAYOUT.size], raw[_NUMPY_LAYOUT.size :]
-            *words, pos = _NUMPY_LAYOUT.unpack(raw)
-            key = struct.pack(f"={_MT_WORDS}I", *words)
-            has_gauss, gauss = _NUMPY_GAUSS.unpack(cache)
+            ctypes.memmove(self._twister, raw, _NUMPY_LAYOUT.size)
+            ctypes.memmove(self._gauss, raw[_NUMPY_LAYOUT.size:], _NUMPY_GAUSS.size)
+            return
+        key, pos, has_gauss, gauss = snapshot
         self._state.set_state(("MT19937", numpy.frombuffer(key, dtype=numpy.uint32), pos, has_gauss, gauss))
+
+
+def _writes_back(memory: tuple[ctypes.Array, ...], get_state: Callable[[], Any], set_state: Callable[[Any], None],
+                 draw: Callable[[], Any]) -> bool:
+    """Whether writing a copy of `memory` back restores the state the generator's public API
+    reports, after `draw`."""
+    saved = get_state()
+    try:
+        for _ in range(3):
+            copies, state = [part.raw for part in memory], get_state()
+            draw()
+            for part, copy in zip(memory, copies):
+                ctypes.memmove(part, copy, len(copy))
+            if repr(get_state()) != repr(state):
+                return False
+            draw()
+        return True
+    finally:
+        set_state(saved)
 
 
 _GENERATORS: dict[str, Generator] = {}

@@ -1,6 +1,7 @@
 """IterableDatasets in `ResumableDataLoader`: the elastic `ShardedStream` (its shard files
 and counts, the canonical streams that read them, the fixed rule of its global steps, the
-workers' parts of a batch and their join, its recorded position), the per-worker readers
+workers' parts of a batch and their join, its recorded position, its shard counts split
+over a job's ranks), the per-worker readers
 and the main-process cursor that resumes any stream exactly where its last yielded batch
 left off, the checks of a saved stream state, and the step protocol (`steps`) by which a
 Mixture of streams is read the same way; a `ShardedStream` read with `in_order=False`

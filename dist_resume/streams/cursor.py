@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from dist_resume.arguments import checked_int
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import RankState, ResumeStateError, rank_key
 from dist_resume.state.saved import SavedStates
@@ -91,15 +92,18 @@ class StreamCursor:
         self._records.start_epoch()
         self._last_role = -1
 
-    def loader(self, owner: DataLoader, epoch: int, rank: int, world_size: int, deterministic: bool, seed: int) -> DataLoader:
+    def loader(self, owner: DataLoader, epoch: int, rank: int, world_size: int, deterministic: bool | frozenset[str],
+               seed: int) -> DataLoader:
         """A fresh inner DataLoader that continues every role's stream of `epoch`."""
         collate = owner.collate_fn
         warn_if_unsplit(owner.dataset, self.roles * world_size)
+        seeding = ItemSeeding(seed, deterministic) if deterministic else None
         if isinstance(self._records, StepRecords):
             self._collate = BatchCollate(collate, owner.batch_size is not None)
-            resume = self._records.resume(self._settings(owner, epoch, rank), self._collate)
+            resume = self._records.resume(self._settings(owner, epoch, rank), self._collate, seeding)
         elif isinstance(self._records, UnorderedRecords):
-            resume = self._records.resume(epoch, rank, _mode(owner), BatchCollate(collate, owner.batch_size is not None))
+            resume = self._records.resume(epoch, rank, _mode(owner), BatchCollate(collate, owner.batch_size is not None),
+                                          seeding)
         else:
             resume = self._records.resume(epoch, rank, world_size)
         worker_stream = WorkerStream(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from dist_resume.errors import StorageError
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import redact_url, resolve, retry
 from dist_resume.streams.prefetch import ShardFiles
@@ -59,14 +60,18 @@ def count_items(url: str, reader: Callable[[Any], Iterable[Any]], storage_option
 
 class ShardItems:
     """The items of one shard as an epoch reads them: in blocks of `window` items, each
-    shuffled by its own seed `(seed, epoch, shard, block)` (or in file order)."""
+    shuffled by its own seed `(seed, epoch, shard, block)` (or in file order). With
+    `seeding`, the reader reads each block with the global generators seeded from
+    `(seeding.seed, shard, block)`, so that whatever it draws is the same whichever rank or
+    worker reads the shard, from its start, as every reading does (G4)."""
 
     def __init__(self, reader: Callable[[Any], Iterable[Any]], storage_options: dict[str, Any],
-                 window: int, shuffle_seed: int | None) -> None:
+                 window: int, shuffle_seed: int | None, seeding: ItemSeeding | None = None) -> None:
         self.reader = reader
         self.storage_options = storage_options
         self.window = window
         self.shuffle_seed = shuffle_seed  # derive_seed(seed, epoch); None: no shuffling
+        self._seeding = seeding
 
     def blocks(self, url: str, shard: int, count: int, skip: int, stop: int,
                files: ShardFiles | None = None) -> Iterator[list[Any]]:
@@ -82,6 +87,8 @@ class ShardItems:
             items = iter(self.reader(file))
             for block, start in enumerate(range(0, stop, window)):
                 size = min(window, count - start)
+                if self._seeding is not None:
+                    self._seeding.block(derive_seed(self._seeding.seed, shard, block))
                 values = list(itertools.islice(items, size))
                 if len(values) < size:
                     raise ShardCountError(f"shard {redact_url(url)} holds {start + len(values)} items, fewer than "

@@ -3,7 +3,6 @@ its global batches are the same at every world size and `num_workers` (G3)."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -13,14 +12,16 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import guarded
 from dist_resume.streams.canonical import stream_lengths
+from dist_resume.streams.shard_counts import counted
 from dist_resume.streams.shard_files import ShardItems, count_items
-from dist_resume.streams.stream_reader import CanonicalReader
+from dist_resume.streams.stream_reader import CanonicalReader, ItemTransform
 
-COUNTING_THREADS = 16
 MAX_CANONICAL_STREAMS = 2**20
+_READER_SEEDS = 0x7265616465  # salt of the reader's block seeds: they differ from the items'
 
 
 class ShardedStream(IterableDataset):
@@ -60,6 +61,15 @@ class ShardedStream(IterableDataset):
     - With `in_order=False` each worker reads whole batches of its own run of items and the
       loader hands on whichever arrives first; every item once per epoch across resumes at
       any layout, in another order (no G3; docs/slow-steps.md).
+    - Per-item randomness (G4), with the loader's `deterministic_transforms` on (the
+      default): `transform(item) -> item`, applied in the worker to each item a batch takes
+      (after the window shuffle; not to items read past), sees the global generators
+      (`torch`, `random`, `numpy`; those named by a set) seeded from the loader's `(seed,
+      epoch, position)`, the item's epoch position as above, and `sample_seed()` /
+      `sample_generator()` work inside it: an item's augmentation is the same at every world
+      size and `num_workers`, and after any resume. The reader reads each block of `window`
+      items of a shard with them seeded from `(seed, epoch, shard, block)`, so whatever it
+      draws is the same whoever reads the shard; put augmentation in `transform`.
     - State: per rank a few integers (the canonical stream count, `G`, the epoch position
       of its next batch, digests of the shards' counts and of the reader), whatever the
       number of shards (G5). A state for other shards, `canonical_streams`, reader or
@@ -67,8 +77,12 @@ class ShardedStream(IterableDataset):
 
     `lengths`: every shard's item count. Default: counted once, when a loader first needs
     it, by `reader.count(file)` if the reader has that attribute (a Parquet footer, say),
-    else by iterating `reader(file)`, on `COUNTING_THREADS` threads of every rank: at many
-    shards on remote storage, pass `lengths` (saved with the data) to skip that pass. A
+    else by iterating `reader(file)`, on 16 threads. In a job with a default process group
+    (`torch.distributed` initialized), each rank counts `1 / world_size` of the shards and
+    the ranks all-gather the counts under the group's timeout: every rank must build the
+    stream from the same shards and reader (refused with one error otherwise) and reach its
+    first count together, as the loaders of a data-parallel job do. At many shards on
+    remote storage, pass `lengths` (saved with the data) to skip that pass. A
     shard holding another number of items than its count fails with a `ShardCountError`
     naming it; one that cannot be read, with a `StorageError` naming it and the cause.
 
@@ -94,13 +108,17 @@ class ShardedStream(IterableDataset):
         storage_options: dict[str, Any] | None = None,
         canonical_streams: int | None = None,
         lengths: Sequence[int] | None = None,
+        transform: Callable[[Any], Any] | None = None,
     ) -> None:
         if isinstance(shards, str) or not all(isinstance(shard, str) for shard in shards):
             raise TypeError("shards must be a sequence of path or URL strings")
         if not callable(reader):
             raise TypeError(f"reader must be callable, got {type(reader).__name__}")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable or None, got {type(transform).__name__}")
         self.shards = list(shards)
         self.reader = reader
+        self.transform = transform
         self.shuffle = shuffle
         self.window = checked_int("window", window, 1)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
@@ -142,11 +160,11 @@ class ShardedStream(IterableDataset):
         return zlib.crc32(f"{kind.__module__}.{kind.__qualname__}".encode())
 
     def lengths(self) -> list[int]:
-        """Every shard's item count (given, or counted once and kept)."""
+        """Every shard's item count (given, or counted once and kept; in a job with a
+        default process group every rank must call it, each counting its share)."""
         if self._lengths is None:
-            with concurrent.futures.ThreadPoolExecutor(min(COUNTING_THREADS, max(len(self.shards), 1))) as pool:
-                self._lengths = list(pool.map(lambda url: count_items(url, self.reader, self.storage_options),
-                                              self.shards))
+            self._lengths = counted(self.shards, lambda url: count_items(url, self.reader, self.storage_options),
+                                    (self.digest, self.reader_digest))
         return self._lengths
 
     def lengths_digest(self) -> int:
@@ -166,14 +184,19 @@ class ShardedStream(IterableDataset):
         """Items of each of `canonical_streams` canonical streams (the same every epoch)."""
         return stream_lengths(sum(self.lengths()), canonical_streams)
 
-    def canonical_reader(self, epoch: int, stream: int, canonical_streams: int) -> CanonicalReader:
-        """Canonical stream `stream`'s items of epoch `epoch`, by index."""
+    def canonical_reader(self, epoch: int, stream: int, canonical_streams: int,
+                         seeding: ItemSeeding | None = None) -> CanonicalReader:
+        """Canonical stream `stream`'s items of epoch `epoch`, by index, each through
+        `transform`; with `seeding`, under its seed `(seeding.seed, epoch, position)`."""
         lengths = self.lengths()
         seed = derive_seed(self.seed, epoch) if self.shuffle else None
-        items = ShardItems(self.reader, self.storage_options, self.window, seed)
+        blocks = None if seeding is None else seeding.derived(_READER_SEEDS, epoch)
+        items = ShardItems(self.reader, self.storage_options, self.window, seed, blocks)
         spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
+        transform = None if self.transform is None else ItemTransform(self.transform, seeding, epoch, stream,
+                                                                      canonical_streams)
         return CanonicalReader([(self.shards[shard], shard, lengths[shard], first, end) for shard, first, end in spans],
-                               items)
+                               items, transform)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import torch
 
 from dist_resume.positions.layout import TailMode
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
@@ -64,9 +65,10 @@ class StepRecords:
         return StepSettings(epoch, rank, self.world_size, self.batch_size, mode, self.canonical_streams,
                             self._position, seed, shuffle)
 
-    def resume(self, settings: StepSettings, collate: Callable[[list[Any]], Any]) -> StepResume:
+    def resume(self, settings: StepSettings, collate: Callable[[list[Any]], Any],
+               seeding: ItemSeeding | None) -> StepResume:
         self._stream.lengths()  # counted here once, before workers copy the stream
-        return StepResume(settings, collate)
+        return StepResume(settings, collate, seeding)
 
     def num_batches(self, settings: StepSettings) -> int:
         """Batches this rank yields from its position to the epoch's end."""

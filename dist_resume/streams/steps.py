@@ -11,7 +11,8 @@ state records), `epoch_items` (positions per epoch), `digest`, `reader_digest`,
 `lengths_digest()`, `lengths()` (counts what it must, once, before workers copy it),
 `step_layout(settings)` (the rank's batches, as `canonical.StepLayout` gives them: pieces
 whose `stream` is a reader key, and `owner(key, roles)`) and `canonical_reader(epoch, key,
-C)` (a reader whose `take(start, count)` returns items of the key a piece names)."""
+C, seeding)` (a reader whose `take(start, count)` returns items of the key a piece names,
+per-item user code run under each item's seed from `seeding`, G4)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from dist_resume.positions.layout import TailMode
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.streams.canonical import StepLayout
 from dist_resume.streams.sharded import ShardedStream
 from dist_resume.streams.stream_reader import CanonicalReader
@@ -58,15 +60,18 @@ def step_source(dataset: Any, seed: int = 0, shuffle: bool = False) -> Any:
 
 
 class StepResume:
-    """The workers' readers of a rank's batches from `settings.origin` on."""
+    """The workers' readers of a rank's batches from `settings.origin` on (with `seeding`,
+    per-item randomness seeded, G4)."""
 
-    def __init__(self, settings: StepSettings, collate: Callable[[list[Any]], Any]) -> None:
+    def __init__(self, settings: StepSettings, collate: Callable[[list[Any]], Any],
+                 seeding: ItemSeeding | None = None) -> None:
         self._settings = settings
         self._collate = collate
+        self._seeding = seeding
 
     def __call__(self, dataset: Any, role: int, roles: int) -> StepReader:
         source = step_source(dataset, self._settings.seed, self._settings.shuffle)
-        return StepReader(source, self._settings, role, roles, self._collate)
+        return StepReader(source, self._settings, role, roles, self._collate, self._seeding)
 
 
 def step_layout(stream: Any, settings: StepSettings) -> Any:
@@ -87,11 +92,12 @@ class StepReader:
     """One worker role's parts of the rank's batches."""
 
     def __init__(self, stream: Any, settings: StepSettings, role: int, roles: int,
-                 collate: Callable[[list[Any]], Any]) -> None:
+                 collate: Callable[[list[Any]], Any], seeding: ItemSeeding | None = None) -> None:
         self._stream = stream
         self._settings = settings
         self._role, self._roles = role, roles
         self._collate = collate
+        self._seeding = seeding
         self._readers: dict[Any, CanonicalReader] = {}
 
     def parts(self) -> Iterator[Tagged]:
@@ -104,6 +110,8 @@ class StepReader:
             batch = layout.batch(settings.rank, step)
             mine = [piece for piece in batch if owner(piece.stream, roles) == role]
             pieces = tuple((piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine)
+            if self._seeding is not None:  # in process, the training loop's generators are its own
+                self._seeding.restore()
             items = sum(piece.count for piece in mine)
             if mine and len(mine) == len(batch):
                 values = pieces[0][1] if len(pieces) == 1 else [item for _, values in pieces for item in values]
@@ -123,7 +131,7 @@ class StepReader:
                     if callable(getattr(retired, "close", None)):
                         retired.close()
             self._readers[stream] = self._stream.canonical_reader(self._settings.epoch, stream,
-                                                                  self._settings.canonical_streams)
+                                                                  self._settings.canonical_streams, self._seeding)
         return self._readers[stream]
 
 

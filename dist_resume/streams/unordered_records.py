@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from dist_resume.positions.layout import TailMode
+from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.stream_state import UNORDERED_KIND, int_list
@@ -63,9 +64,10 @@ class UnorderedRecords:
         counts = [0] * self.roles if fresh else self._counts
         return sum(len(served.role_batches(rank, role)) - counts[role] for role in range(self.roles))
 
-    def resume(self, epoch: int, rank: int, mode: TailMode, collate: Callable[[list[Any]], Any]) -> UnorderedResume:
+    def resume(self, epoch: int, rank: int, mode: TailMode, collate: Callable[[list[Any]], Any],
+               seeding: ItemSeeding | None) -> UnorderedResume:
         self._stream.lengths()  # counted here once, before workers copy the stream
-        return UnorderedResume(self._pass(mode), epoch, rank, list(self._counts), collate)
+        return UnorderedResume(self._pass(mode), epoch, rank, list(self._counts), collate, seeding)
 
     def record(self, tagged: Tagged) -> None:
         """A batch of `tagged.role` was handed to the training loop."""
