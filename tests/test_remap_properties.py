@@ -108,25 +108,27 @@ def test_g3_uneven_stops_keep_the_previous_jobs_step_order(data, length, mode, j
 
 @given(
     length=st.integers(10**9, 10**10),
-    old=st.one_of(st.integers(1, 300), st.sampled_from([4096, 100_000])),
+    old=st.one_of(st.integers(1, 300), st.just(4096)),
     new=st.one_of(st.integers(1, 300), st.sampled_from([3072, 100_000])),
     batch_size=st.integers(1, 512),
-    data=st.data(),
+    steps=st.integers(0, 3),
+    lags=st.randoms(use_true_random=False),
 )
 @settings(max_examples=6, deadline=None)
-def test_remap_is_independent_of_dataset_length(length, old, new, batch_size, data):
+def test_remap_is_independent_of_dataset_length(length, old, new, batch_size, steps, lags):
     """Huge datasets and world sizes: the plan is O(ranks) (it would not fit otherwise),
-    and the first batches of the new ranks are disjoint from what was consumed."""
+    and the first batches of the new ranks are disjoint from what was consumed. (Old jobs of
+    100,000 ranks are planned in tests/test_cli_damaged.py and benchmark B4: listing every
+    position they consumed, as this test does, takes minutes.)"""
     mode = MODES[1]
     states = fresh_states(length, old, batch_size, drop_last=mode[0], even_batches=mode[1])
     job = plan_resume(states, old, batch_size)
-    steps = data.draw(st.integers(0, 3))
-    stops = [steps + data.draw(st.integers(0, 1)) for _ in range(old)]
+    stops = [steps + lags.randrange(2) for _ in range(old)]
     states = job_states(job, stops, drop_last=mode[0], even_batches=mode[1])
     resumed = plan_resume(states, new, batch_size)
-    consumed = {p for rank, stop in enumerate(stops) for batch in list(_first(job, rank, stop)) for p in batch.positions}
     served = [p for rank in sorted({0, new - 1}) for batch in _first(resumed, rank, 2) for p in batch.positions]
-    assert not consumed & set(served)
+    assert all(set(served).isdisjoint(batch.positions)
+               for rank, stop in enumerate(stops) for batch in _first(job, rank, stop))
     assert len(served) == len(set(served))
     assert resumed.plan.length == length - sum(stops) * batch_size
 
