@@ -20,6 +20,7 @@ from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.rank_table import RANK_TABLE_KEY, decode_column, encode_column
 from tests.hostile_files import read_metadata
 from tests.layout import committed_dir
+from tests.stream_jobs import all_items, flat, make_loader, make_stream, run_job, write_shards
 from tests.unordered_datasets import Gated
 
 LENGTH = 60
@@ -158,3 +159,23 @@ def test_a_table_entry_never_replaces_a_loaded_whole_entry() -> None:
     merged = entries_from_table({RANK_TABLE_KEY: table, "rank_1": own, "plan": torch.tensor([])})
     assert merged["rank_0"]["progress"].tolist() == [1] and merged["rank_1"] is own and "plan" in merged
     assert RANK_TABLE_KEY not in merged
+
+
+def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path, monkeypatch) -> None:
+    """A ShardedStream's position of every saved rank comes from the table: 2 ranks saved,
+    3 resume, every item once; a read per field, not per saved rank."""
+    urls = write_shards(str(tmp_path / "shards"))
+    stream = make_stream(urls)
+    before, state = run_job(stream, 2, 0, None, 3)
+    save_checkpoint({"loader": state}, str(tmp_path / "run"), 1)
+    reads = _reads(monkeypatch)
+    after, counts = [], []
+    for rank in range(3):
+        reads.clear()
+        loader = make_loader(stream, rank, 3, 0)
+        load_checkpoint({"loader": loader}, str(tmp_path / "run"))
+        counts.append(len(reads))
+        after.append([item for batch in loader for item in batch.tolist()])
+    assert flat(before + after) == all_items()
+    # the table's progress, stream meta and canonical columns, and the 3 fields of the own entry (rank 2 has none)
+    assert counts == [6, 6, 3]
