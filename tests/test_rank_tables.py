@@ -179,3 +179,20 @@ def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path
     assert flat(before + after) == all_items()
     # the table's progress, stream meta and canonical columns, and the 3 fields of the own entry (rank 2 has none)
     assert counts == [6, 6, 3]
+
+
+def test_skipped_ranges_come_through_the_table(tmp_path: Path) -> None:
+    merged: dict = {}
+    for rank in range(2):
+        loader = _loader(rank, 2)
+        loader.skip(3)
+        iterator = iter(loader)
+        next(iterator)
+        merged.update(loader.state_dict())
+    save_checkpoint({"loader": merged}, str(tmp_path), 1)
+    loader, reference = _loader(0, 3), _loader(0, 3)
+    load_checkpoint({"loader": loader}, str(tmp_path))
+    reference.load_state_dict(merged)
+    assert loader.skipped == reference.skipped and len(loader.skipped) == 1
+    served = _served(loader)
+    assert served == _served(reference) and served
