@@ -26,6 +26,7 @@ FIGURES = {
     "B2": "b2_resume",
     "B3": "b3_state_size",
     "B4": "b4_remap",
+    "B4L": "b4_load",  # load rows beside B4's plan rows: load_checkpoint at N -> M ranks
     "B5": "b5_checkpoint",
     "B5L": "b5_run_listing",  # latest step and listing of a long run on S3
     "B6": "b6_seeding",

@@ -53,6 +53,8 @@ def test_a_damaged_commit_marker_is_one_line(tmp_path: Path, capsys: pytest.Capt
                                             marker: object, problem: str) -> None:
     """``ls`` reads the run's index of committed steps, ``inspect`` the step's own marker."""
     _save(_loaders(1, 3), tmp_path)
+    (entry,) = (tmp_path / ".commits").iterdir()
+    entry.unlink()  # an entry of the form written before names said more: its content is read
     (tmp_path / ".commits" / step_dir_name(1)).write_text(json.dumps(marker))
     assert _run(capsys, "ls", str(tmp_path)) == (
         1, "", f"dist-resume: error: the index entry of step 1 at {tmp_path} is damaged: {problem}\n")

@@ -53,6 +53,30 @@ class _Requests:
         return counted
 
 
+def _entry(run: Path, step: int) -> Path:
+    (entry,) = (run / ".commits").glob(f"{step_dir_name(step)}*")
+    return entry
+
+
+def test_listing_an_indexed_run_reads_no_file(tmp_path: Path, monkeypatch) -> None:
+    """What list_checkpoints reports is in the index entries' names: one listing of the run
+    and one of the index, whatever the number of steps (O(pages) on S3)."""
+    _save_run(str(tmp_path))
+    import dist_resume.checkpoint.commit_index as commit_index
+    import dist_resume.checkpoint.marker as marker
+
+    reads: list[str] = []
+    for module in (commit_index, marker):
+        original = module.read_whole
+        monkeypatch.setattr(module, "read_whole", lambda loc, path, *a, original=original: (
+            reads.append(path), original(loc, path, *a))[1])
+    infos = list_checkpoints(str(tmp_path))
+    assert reads == []
+    assert [(info.step, info.world_size) for info in infos] == [(step, 1) for step in STEPS]
+    for info in infos:
+        assert (info.committed_at, info.size_bytes) == _committed_info(tmp_path / step_dir_name(info.step))
+
+
 def _committed_info(directory: Path) -> tuple[float, int]:
     marker = json.loads((directory / MARKER).read_text())
     return marker["committed_at"], sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
@@ -85,7 +109,7 @@ def test_a_run_saved_before_the_index_loads_and_lists_the_same(tmp_path: Path, m
 def test_a_step_committed_but_not_indexed_still_counts(tmp_path: Path) -> None:
     """A crash between the marker and its index entry leaves a committed step unindexed."""
     _save_run(str(tmp_path))
-    (tmp_path / ".commits" / step_dir_name(31)).unlink()
+    _entry(tmp_path, 31).unlink()
     assert _load(str(tmp_path))[0] == 31
     assert [info.step for info in list_checkpoints(str(tmp_path))] == list(STEPS)
 
@@ -106,7 +130,8 @@ def test_an_entry_whose_step_directory_is_gone_is_ignored(tmp_path: Path) -> Non
 def test_keep_removes_index_entries_with_their_steps(tmp_path: Path) -> None:
     for step in STEPS:
         save_checkpoint(_state(float(step)), str(tmp_path), step, keep=2)
-    assert sorted(p.name for p in (tmp_path / ".commits").iterdir()) == [step_dir_name(20), step_dir_name(31)]
+    assert sorted(p.name.split(".")[0] for p in (tmp_path / ".commits").iterdir()) == [step_dir_name(20),
+                                                                                         step_dir_name(31)]
 
 
 def test_a_file_the_library_did_not_write_in_the_index_is_refused(tmp_path: Path) -> None:
@@ -142,7 +167,9 @@ def test_an_index_that_is_a_link_is_refused(tmp_path: Path) -> None:
      "its commit marker names step 30"),
 ])
 def test_a_damaged_index_entry_is_reported_by_list_checkpoints(tmp_path: Path, content: bytes, damage: str) -> None:
+    """An entry of the form written before names said more is read (one request)."""
     _save_run(str(tmp_path))
+    _entry(tmp_path, 31).unlink()
     (tmp_path / ".commits" / step_dir_name(31)).write_bytes(content)
     where = f"the index entry of step 31 at {tmp_path} is damaged: {damage}"
     with pytest.raises(CheckpointCorruptError, match=f"^{re.escape(where)}"):

@@ -14,7 +14,7 @@ import torch
 
 from dist_resume.checkpoint.commit_index import entry_path, write_entry
 from dist_resume.checkpoint.metadata_checks import read_metadata
-from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, require_directory, step_dir, step_dir_name
+from dist_resume.checkpoint.step_dirs import MARKER, indexed_committed_steps, require_directory, step_dir, step_dir_name
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
 from dist_resume.storage import CheckpointStore
 
@@ -54,7 +54,7 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
         "step": step,
         "attempt": posixpath.basename(attempt),
         "world_size": world_size,
-        "committed_at": time.time(),
+        "committed_at": time.time_ns() // 1000 / 1e6,  # to the microsecond, as the index entry's name says it
         "torch": torch.__version__,
         "dist_resume": _version(),
     }
@@ -64,17 +64,18 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
             f"{where} was committed by another save while this one ran (two jobs on one URL?); "
             "this save's files were removed and the committed step is unchanged"
         )
-    write_entry(store, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
     if keep is not None:
         prune(store, step, keep)
 
 
 def prune(store: CheckpointStore, step: int, keep: int) -> None:
     """Delete committed steps older than ``step`` beyond the newest ``keep`` (``step`` included)."""
-    steps = committed_steps(store)
+    steps, indexed = indexed_committed_steps(store)
     older = sorted(s for s in steps if s < step)
     for old in older[: max(0, len(older) - (keep - 1))]:
         # Unindex and uncommit first: a crash while deleting leaves an ignored directory.
-        store.remove_file(entry_path(store, step_dir_name(old)))
+        if old in indexed:
+            store.remove_file(entry_path(store, indexed[old].name))
         store.remove_file(posixpath.join(steps[old], MARKER))
         store.remove_tree(steps[old])

@@ -25,12 +25,14 @@ from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
-from dist_resume.checkpoint.commit_index import read_entry
+from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
+from dist_resume.checkpoint.commit_index import IndexEntry, checked_summary, read_entry
 from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, indexed_committed_steps, read_commit,
-                                              refuse_misplaced, step_dir, step_dir_name)
+                                              refuse_misplaced, step_dir)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
-from dist_resume.state.fields import ELASTIC_GUARD_KEY
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX
+from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
 
@@ -96,24 +98,36 @@ def _placeholder(entry: Any) -> torch.Tensor | None:
     return None  # a stored value: the safe planner replaces it
 
 
-def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, Any], set[str]]:
+def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, Any], dict[str, bool]]:
     """What DCP loads into: ``state``, except that entries saved with the elastic guard get
-    a template of everything saved under them (all saved ranks), built from the metadata."""
+    a template of what is read of every saved rank, built from the metadata: with a rank
+    table, the table, the replicated entries and the loader's own rank entry; without one
+    (a step saved before tables, or a target that is not a loader), every rank's entries.
+    Also, per elastic key, whether it was read through its table."""
     saved = metadata.state_dict_metadata
     targets: dict[str, Any] = {}
-    elastic = set()
+    elastic = {}
     for key, value in state.items():
         if f"{key}.{ELASTIC_GUARD_KEY}" not in saved:
             targets[key] = value
             continue
+        own = own_entries(value) if any(fqn.startswith(f"{key}.{RANK_TABLE_KEY}.") for fqn in saved) else None
         template: dict[str, Any] = {}
         for fqn, entry in saved.items():
             path = metadata.planner_data[fqn]
-            if path[0] == key:
+            if path[0] == key and len(path) > 1 and _read_whole(path[1], own):
                 set_path(template, path, _placeholder(entry))
         targets[key] = template[key]
-        elastic.add(key)
+        elastic[key] = own is not None
     return targets, elastic
+
+
+def _read_whole(name: Any, own: set[str] | None) -> bool:
+    """Whether a loader's saved entry ``name`` is read (``own``: its rank entries read whole,
+    None: every rank's, as before rank tables)."""
+    if own is None:
+        return name != RANK_TABLE_KEY
+    return not (isinstance(name, str) and name.startswith(RANK_PREFIX)) or name in own
 
 
 def load_checkpoint(
@@ -147,6 +161,9 @@ def load_checkpoint(
         step, directory, metadata = chosen
         targets, elastic = _load_targets(state, metadata)
         _read(store, step, directory, metadata, targets, process_group=process_group)
+    for key, tabled in elastic.items():
+        if tabled:
+            targets[key] = entries_from_table(targets[key])
     for key, value in state.items():
         if key in elastic and isinstance(value, Stateful):
             value.load_state_dict(targets[key])
@@ -194,18 +211,24 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
     if not steps:
         refuse_misplaced(store)
     with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
-        found = pool.map(lambda item: _info(store, *item, item[0] in indexed), sorted(steps.items()))
+        found = pool.map(lambda item: _info(store, *item, indexed.get(item[0])), sorted(steps.items()))
         return [info for info in found if info is not None]
 
 
 _LISTING_READS = 16
 
 
-def _info(store: CheckpointStore, step: int, directory: str, indexed: bool) -> CheckpointInfo | None:
+def _info(store: CheckpointStore, step: int, directory: str, entry: IndexEntry | None) -> CheckpointInfo | None:
+    """What the index entry's name says of ``step``; read from storage for a step indexed
+    without it (one request) or not indexed (its marker and its files)."""
+    url = store.loc.url_of(directory)
+    if entry is not None and entry.summary is not None:
+        world_size, size, committed_at = checked_summary(store, step, entry.summary)
+        return CheckpointInfo(step=step, committed_at=committed_at, world_size=world_size, size_bytes=size, url=url)
     try:
         with _pruned_is_not_damage(store, step):
-            if indexed:
-                marker = read_entry(store, step, step_dir_name(step))
+            if entry is not None:
+                marker = read_entry(store, step, entry.name)
                 size = marker["size_bytes"]
             else:  # saved before the index: its marker and its files
                 marker, _ = read_commit(store, step, directory)
@@ -213,4 +236,4 @@ def _info(store: CheckpointStore, step: int, directory: str, indexed: bool) -> C
     except CheckpointNotFoundError:
         return None
     return CheckpointInfo(step=step, committed_at=marker["committed_at"], world_size=marker["world_size"],
-                          size_bytes=size, url=store.loc.url_of(directory))
+                          size_bytes=size, url=url)

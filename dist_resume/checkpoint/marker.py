@@ -14,7 +14,7 @@ from dist_resume.storage import Location
 
 ATTEMPT_NAME = re.compile(r"attempt_[0-9a-f]{32}")  # one save's own directory inside its step
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
-_LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
+LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 
 def read_marker(loc: Location, path: str, step: int, where: str) -> dict[str, Any]:
     """The commit marker ``path`` of ``step``, each field checked (see :func:`parse_marker`)."""
@@ -37,7 +37,7 @@ def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker names step {marker['step']!r}")
     if type(world_size) is not int or not 1 <= world_size <= MAX_WORLD_SIZE:
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker has world_size {world_size!r}")
-    if type(committed_at) not in (int, float) or not 0 <= committed_at <= _LATEST_TIME:
+    if type(committed_at) not in (int, float) or not 0 <= committed_at <= LATEST_TIME:
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker has committed_at {committed_at!r}")
     attempt = marker.get("attempt")  # absent in steps saved before attempts had directories
     if attempt is not None and not (isinstance(attempt, str) and ATTEMPT_NAME.fullmatch(attempt)):

@@ -19,6 +19,7 @@ from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distr
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
+from dist_resume.checkpoint.rank_tables import with_rank_tables
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
 
@@ -86,6 +87,7 @@ def save_checkpoint(
                           async_save=async_save)
         group = checkpoint_group(process_group) if async_save else process_group
         attempt = on_rank0(group, lambda: _begin(store, step))
+        state = with_rank_tables(state, group)
         writer = CheckpointWriter(loc, attempt)
         if not async_save:
             dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)

@@ -12,7 +12,7 @@ import posixpath
 import re
 from typing import Any
 
-from dist_resume.checkpoint.commit_index import indexed_steps
+from dist_resume.checkpoint.commit_index import IndexEntry, indexed_steps
 from dist_resume.checkpoint.marker import ATTEMPT_NAME, read_marker
 from dist_resume.checkpoint.metadata_checks import METADATA
 from dist_resume.errors import CheckpointError
@@ -47,8 +47,8 @@ def committed_steps(store: CheckpointStore) -> dict[int, str]:
     return indexed_committed_steps(store)[0]
 
 
-def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], set[int]]:
-    """``committed_steps`` and which of them the run's index names (from the same listing)."""
+def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], dict[int, IndexEntry]]:
+    """``committed_steps`` and the index entries of those the run's index names (from the same listing)."""
     loc = store.loc
     listed = store.entries(loc.root)
     # After the run's listing: an entry removed since (a prune removes it before the marker)
@@ -69,7 +69,7 @@ def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], set
         require_directory(store, directory, entry.kind)
         if step in indexed or store.exists(posixpath.join(directory, MARKER)):
             steps[step] = directory
-    return steps, indexed & steps.keys()
+    return steps, {step: entry for step, entry in indexed.items() if step in steps}
 
 
 def read_commit(store: CheckpointStore, step: int, directory: str) -> tuple[dict[str, Any], str]:

@@ -1,0 +1,123 @@
+"""Each save's rank table: the fields of every saved rank's loader entry that a resume at
+another world size reads of all ranks (progress, holes of in_order=False, skipped ranges, a
+stream's position), gathered to rank 0 at save and written beside the per-rank entries, so
+that a load reads them with a request per field, whatever the number of saved ranks. The
+per-rank entries stay: a same-size resume and plain ``dcp.load`` read their own; a step
+saved without a table loads every rank's entries, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.stateful import Stateful
+
+from dist_resume.checkpoint.collectives import checkpoint_group, distributed
+from dist_resume.checkpoint.nested import set_path
+from dist_resume.state.delivered import DELIVERED_KEY
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, PROGRESS_KEY, RANK_PREFIX, rank_key
+from dist_resume.state.rank_table import RANK_TABLE_KEY, decode_column, encode_column
+from dist_resume.state.skips import SKIPS_KEY
+from dist_resume.streams.cursor import STREAM_KEY
+from dist_resume.streams.stream_state import CANONICAL, META
+from dist_resume.streams.unordered_records import RUNS_KEY, UNORDERED
+
+# What a loader reads of every saved rank's entry (the rest of an entry only its own rank reads).
+# New fields go at the end: a saved table names each column by its field's path.
+SHARED_FIELDS: tuple[tuple[str, ...], ...] = (
+    (PROGRESS_KEY,), (DELIVERED_KEY,), (SKIPS_KEY,), (STREAM_KEY, META), (STREAM_KEY, CANONICAL),
+    (STREAM_KEY, UNORDERED), (STREAM_KEY, RUNS_KEY))
+
+
+def with_rank_tables(state: Mapping[str, Any], group: dist.ProcessGroup | None) -> dict[str, Any]:
+    """``state`` as DCP saves it: each Stateful's state dict (taken here once, as DCP would),
+    and on rank 0 each data loader's rank table, gathered from every rank of ``group``.
+    Collective: every rank calls it with its loaders under the same keys (as the save's
+    agreement on skipped ranges checks)."""
+    saved = {key: value.state_dict() if isinstance(value, Stateful) else value for key, value in state.items()}
+    for key in sorted(key for key, value in saved.items() if isinstance(value, Mapping) and ELASTIC_GUARD_KEY in value):
+        parts = _gathered(_rows(saved[key]), group)
+        if parts is not None:
+            saved[key] = {**saved[key], RANK_TABLE_KEY: _table(parts)}
+    return saved
+
+
+def _rows(loader_state: Mapping[str, Any]) -> torch.Tensor:
+    """This process's rank entries' shared fields: records ``[rank, field, length, values...]``."""
+    records = []
+    for key, entry in loader_state.items():
+        number = key[len(RANK_PREFIX):] if isinstance(key, str) and key.startswith(RANK_PREFIX) else ""
+        if not (number.isdigit() and isinstance(entry, Mapping)):
+            continue
+        for index, path in enumerate(SHARED_FIELDS):
+            value = _at(entry, path)
+            if isinstance(value, torch.Tensor) and value.dtype == torch.int64 and value.dim() == 1:
+                records += [torch.tensor([int(number), index, len(value)], dtype=torch.int64), value.detach().cpu()]
+    return torch.cat(records) if records else torch.zeros(0, dtype=torch.int64)
+
+
+def _at(entry: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        if not isinstance(entry, Mapping):
+            return None
+        entry = entry.get(name)
+    return entry
+
+
+def _gathered(rows: torch.Tensor, group: dist.ProcessGroup | None) -> list[torch.Tensor] | None:
+    """Every rank's ``rows`` on rank 0 (over the save's gloo group, under the job's timeout),
+    None on the other ranks."""
+    if not distributed() or dist.get_world_size(group) == 1:
+        return [rows]
+    gloo = checkpoint_group(group)
+    longest = torch.tensor([len(rows)], dtype=torch.int64)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX, group=gloo)
+    padded = torch.zeros(int(longest) + 1, dtype=torch.int64)
+    padded[0] = len(rows)
+    padded[1:1 + len(rows)] = rows
+    ours = dist.get_rank(gloo) == 0
+    parts = [torch.empty_like(padded) for _ in range(dist.get_world_size(gloo))] if ours else None
+    dist.gather(padded, parts, group=gloo, group_dst=0)
+    return [part[1:1 + int(part[0])] for part in parts] if parts is not None else None
+
+
+def _table(parts: list[torch.Tensor]) -> dict[str, Any]:
+    columns: dict[int, dict[int, torch.Tensor]] = {}
+    for part in parts:
+        at = 0
+        while at < len(part):
+            rank, index, length = part[at:at + 3].tolist()
+            columns.setdefault(index, {})[rank] = part[at + 3:at + 3 + length]
+            at += 3 + length
+    table: dict[str, Any] = {}
+    for index, rows in sorted(columns.items()):
+        set_path(table, SHARED_FIELDS[index], encode_column(rows))
+    return table
+
+
+def own_entries(value: Any) -> set[str] | None:
+    """The rank entries a loader about to load reads whole (its own, as its state dict names
+    them); None for a value that is not a Stateful (it receives every saved rank's entries)."""
+    if not isinstance(value, Stateful):
+        return None
+    current = value.state_dict()
+    return {key for key in current if isinstance(key, str) and key.startswith(RANK_PREFIX)} if isinstance(
+        current, Mapping) else set()
+
+
+def entries_from_table(loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """A loader state with every saved rank's entry: the shared fields of each from the rank
+    table, the whole entries that were loaded (the loader's own) as they were saved."""
+    table = loaded[RANK_TABLE_KEY]
+    merged: dict[str, Any] = {}
+    for path in SHARED_FIELDS:
+        column = _at(table, path)
+        if column is None:
+            continue
+        for rank, values in decode_column(column, f"loader state's rank table field {'.'.join(path)!r}").items():
+            set_path(merged, (rank_key(rank), *path), values)
+    merged.update((key, value) for key, value in loaded.items() if key != RANK_TABLE_KEY)
+    return merged
