@@ -8,8 +8,6 @@ from typing import Any
 from .shim import PeerDataLoader, install
 
 _PRIVATE = "reads StatefulDataLoader's private state layout (_snapshot/_worker_snapshots/fetcher_state)"
-_OUT_OF_ORDER = ("in_order=False with an IterableDataset: ResumableDataLoader refuses it (map-style datasets and "
-                 "Mixtures only)")
 _TORCH_2_13_ORDER = ("fails with torch 2.13's own DataLoader too: its in_order=False delivers [0, 1, 3, 5, 6, 7, 8, 9, 2, "
                      "4] here (ResumableDataLoader the same), the 2.6 test expects 7 among the first five")
 _RESUME_ORDER = ("in_order=False resume: ResumableDataLoader trains every sample once, in another order than the "
@@ -38,9 +36,8 @@ EXCLUDED: dict[str, str] = {
     "TestDynamicStateIterableDataset_shard0::test": _PRIVATE,
     "TestDatasetIteratorStateDuplication_shard0::test": _PRIVATE,
     "TestSingleIterCalled_shard0::": _PRIVATE,
-    "TestOutOfOrderWithCheckpointing::test_out_of_order_iterable_ds": _PRIVATE + "; " + _OUT_OF_ORDER,
+    "TestOutOfOrderWithCheckpointing::test_out_of_order_iterable_ds": _PRIVATE,
     "TestOutOfOrderWithCheckpointing::test_out_of_order_index_ds": _RESUME_ORDER,
-    "TestOutOfOrderDataLoader::test_out_of_order_iterable_ds": _OUT_OF_ORDER,
     "TestOutOfOrderDataLoader::test_out_of_order_index_ds": _TORCH_2_13_ORDER,
 }
 
