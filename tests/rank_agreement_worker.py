@@ -102,12 +102,18 @@ class _RaisesOnSave:
 
 
 class _StallsOnSave:
-    """A Stateful whose state_dict takes 40 s: a rank that stops answering mid-save."""
+    """A Stateful whose state_dict never returns while rank 0 is in the save: a rank that
+    stops answering mid-save, alive (its connections open) until rank 0 has written its
+    outcome to `done`; if rank 0 hangs, the launcher's timeout ends both."""
+
+    def __init__(self, done: Path) -> None:
+        self._done = done
 
     def state_dict(self) -> dict[str, Any]:
         import time
 
-        time.sleep(40)
+        while not self._done.exists():
+            time.sleep(0.1)
         os._exit(0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -131,7 +137,7 @@ def peer_gone(args: dict[str, Any]) -> None:
     if args["how"] == "raises" and rank == 1:
         state["bad"] = _RaisesOnSave()
     if args["how"] == "stalls" and rank == 1:
-        state["bad"] = _StallsOnSave()
+        state["bad"] = _StallsOnSave(Path(args["out"], "peer_gone-error-0.txt"))
     if rank == 1 and args["how"] == "exits":
         os._exit(0)
     try:
