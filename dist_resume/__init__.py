@@ -1,17 +1,16 @@
 """dist-resume: exact, elastic mid-epoch resume for PyTorch training jobs.
 
 The public face: every name a user imports, from the subpackage that owns it (see
-ARCHITECTURE.md for the layers)."""
+ARCHITECTURE.md for the layers).
 
-from dist_resume.checkpoint import (
-    CheckpointInfo,
-    SaveHandle,
-    TrainState,
-    list_checkpoints,
-    load_checkpoint,
-    read_loader_states,
-    save_checkpoint,
-)
+The checkpoint API is imported on first use: it brings in torch.distributed.checkpoint,
+which a DataLoader worker started with spawn or forkserver would otherwise import too."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from dist_resume.errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -29,6 +28,33 @@ from dist_resume.process_group import end_with_launcher, shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
 from dist_resume.streams import JsonlReader, ParquetReader, ShardCountError, ShardedStream, WebDatasetReader, hf_stream
+
+if TYPE_CHECKING:
+    from dist_resume.checkpoint import (
+        CheckpointInfo,
+        SaveHandle,
+        TrainState,
+        list_checkpoints,
+        load_checkpoint,
+        read_loader_states,
+        save_checkpoint,
+    )
+
+_CHECKPOINT_NAMES = frozenset({"CheckpointInfo", "SaveHandle", "TrainState", "list_checkpoints", "load_checkpoint",
+                               "read_loader_states", "save_checkpoint"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CHECKPOINT_NAMES:
+        value = getattr(importlib.import_module("dist_resume.checkpoint"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dist_resume' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _CHECKPOINT_NAMES)
+
 
 __all__ = [
     "CheckpointCorruptError",

@@ -21,7 +21,8 @@ from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import with_rank_tables
 from dist_resume.state.skips import loader_skips
-from dist_resume.storage import CheckpointStore, CheckpointWriter, guarded, open_store, resolve
+from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
+from dist_resume.storage.dcp_files import CheckpointWriter
 
 
 def _begin(store: CheckpointStore, step: int) -> str:
