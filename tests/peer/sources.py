@@ -55,7 +55,7 @@ def fetched(source: PeerSource) -> Path:
             raise RuntimeError(f"{archive} has no file {source.member}")
         text = member.read()
     suite.parent.mkdir(parents=True, exist_ok=True)
-    partial = suite.with_suffix(".partial")
+    partial = suite.with_suffix(f".{os.getpid()}.partial")  # processes fetching at once never share one
     partial.write_bytes(text)
     partial.replace(suite)
     return suite
@@ -63,7 +63,7 @@ def fetched(source: PeerSource) -> Path:
 
 def _download(url: str, path: Path, attempts: int = 3) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
+    partial = path.with_suffix(f".{os.getpid()}.partial")
     print(f"fetching {url} (once; cached in {path.parent})", flush=True)
     for attempt in range(1, attempts + 1):
         try:
