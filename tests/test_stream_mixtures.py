@@ -212,13 +212,6 @@ def test_states_of_a_map_style_mixture_and_of_a_mixture_of_streams_do_not_mix(ur
         job(make_mixture(urls), 2, 0, indexed, None)
 
 
-def test_in_order_false_is_refused_for_a_mixture_of_streams(urls):
-    with pytest.raises(ValueError, match="^in_order=False is supported for map-style datasets and Mixtures in the "
-                                         "loader's own order, and for IterableDatasets; this Mixture has ShardedStream sources, read as "
-                                         "streams: use in_order=True$"):
-        ResumableDataLoader(make_mixture(urls), batch_size=4, in_order=False)
-
-
 def _state_bytes(shards: int) -> int:
     streams = {name: ShardedStream([f"{name}-{i}.jsonl" for i in range(shards)], read_jsonl, lengths=[100] * shards)
                for name in ("web", "code")}

@@ -182,7 +182,7 @@ class Stateful(Squares):
 
 
 SUPPORTED = ("in_order=False is supported for map-style datasets and Mixtures in the loader's own order, and for "
-             "IterableDatasets; ")
+             "IterableDatasets and Mixtures of streams; ")
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,9 @@ from dist_resume.state.fields import Sampling
 def check_unordered(dataset: Dataset, sampling: Sampling, stateful_dataset: bool) -> None:
     """One clear error for what `in_order=False` does not resume exactly (yet)."""
     supported = ("in_order=False is supported for map-style datasets and Mixtures in the loader's own order, and "
-                 "for IterableDatasets")
-    if isinstance(dataset, IterableDataset):
+                 "for IterableDatasets and Mixtures of streams")
+    if isinstance(dataset, IterableDataset) or sampling is Sampling.STREAM:
         return  # each worker's batches come in its own order: recorded per worker role
-    if sampling is Sampling.STREAM:
-        raise ValueError(f"{supported}; this Mixture has ShardedStream sources, read as streams: use in_order=True")
     if sampling is not Sampling.EPOCH_ORDER:
         raise ValueError(f"{supported}; this loader has a custom sampler or batch_sampler: use in_order=True")
     if stateful_dataset:

@@ -13,7 +13,9 @@ from dist_resume.positions.layout import TailMode
 from dist_resume.state.fields import ResumeStateError, Sampling, rank_key
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.cursor import STREAM_KEY
-from dist_resume.streams.stream_state import read_position
+from dist_resume.streams.stream_state import UNORDERED_KIND, read_meta, read_position
+from dist_resume.streams.unordered_pass import past_consumed
+from dist_resume.streams.unordered_records import saved_pass
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,11 @@ def frontier(saved: SavedStates, state_dict: Mapping[str, Any]) -> int:
     epoch position in each rank's stream entry)."""
     first = saved.any
     if Sampling(first.sampling) is Sampling.STREAM:
-        return max(state.epoch * first.dataset_length + _stream_position(state_dict, rank)
+        entries = {rank: _stream_entry(state_dict, rank) for rank in saved.ranks}
+        meta = read_meta(next(iter(entries.values())), _where(next(iter(entries))))
+        if meta.kind == UNORDERED_KIND:
+            return first.epoch * first.dataset_length + _unordered_position(entries, saved, max(meta.num_workers, 1))
+        return max(state.epoch * first.dataset_length + read_position(entries[rank], _where(rank)).position
                    for rank, state in saved.ranks.items())
     if Sampling(first.sampling) is not Sampling.EPOCH_ORDER:
         raise ResumeStateError("a Mixture's run position is known only with the loader's own order (no custom sampler)")
@@ -70,10 +76,26 @@ def frontier(saved: SavedStates, state_dict: Mapping[str, Any]) -> int:
     return result
 
 
-def _stream_position(state_dict: Mapping[str, Any], rank: int) -> int:
-    """The epoch position a rank's next global step starts at, from its stream entry."""
-    where = f"loader state entry {rank_key(rank)!r} stream"
+def _stream_entry(state_dict: Mapping[str, Any], rank: int) -> Mapping[str, Any]:
     entry = state_dict[rank_key(rank)].get(STREAM_KEY)
     if not isinstance(entry, Mapping):
-        raise ResumeStateError(f"{where} is missing: a Mixture of streams keeps its position there")
-    return read_position(entry, where).position
+        raise ResumeStateError(f"{_where(rank)} is missing: a Mixture of streams keeps its position there")
+    return entry
+
+
+def _unordered_position(entries: Mapping[int, Mapping[str, Any]], saved: SavedStates, roles: int) -> int:
+    """The epoch position past every one that the saved ranks of a Mixture of streams read
+    with in_order=False consumed: past what the rest of their pass leaves."""
+    saved.require_complete("the run position of a Mixture of streams read with in_order=False")
+    if len({state.epoch for state in saved.ranks.values()}) > 1:
+        raise ResumeStateError("saved ranks of a Mixture of streams read with in_order=False stopped in different "
+                               "epochs: its run position needs every rank in one")
+    first = saved.any
+    served, counts = saved_pass(entries, _where, saved, roles, TailMode.of(bool(first.drop_last),
+                                                                           bool(first.even_batches)),
+                                first.dataset_length)
+    return past_consumed(served.leftover(counts), first.dataset_length)
+
+
+def _where(rank: int) -> str:
+    return f"loader state entry {rank_key(rank)!r} stream"

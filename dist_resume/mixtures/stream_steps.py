@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from dist_resume.mixtures.schedule import Schedule
 from dist_resume.mixtures.source_orders import SourceOrders, name_key
+from dist_resume.mixtures.unordered_positions import MixturePositions
 from dist_resume.positions.layout import TailMode
 from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed, derive_seeds
@@ -235,6 +236,16 @@ class MixtureSteps:
         mixture = self._mixture
         return MapDraws(source, key.source, SourceOrders(mixture.names, mixture.lengths, self._seed, self._shuffle),
                         own)
+
+    def item_reader(self, epoch: int, seeding: ItemSeeding | None = None) -> MixturePositions:
+        """With `in_order=False`: the items of loader epoch `epoch`'s positions, position by
+        position (`unordered_positions`); each stream source read as one canonical stream,
+        an item seeded as `canonical_reader` seeds it with `canonical_streams` 1 (G4)."""
+        mixture = self._mixture
+        streamed = [isinstance(source, ShardedStream) for source in self._sources]
+        return MixturePositions(mixture.schedule, mixture.lengths, streamed, epoch * mixture.length,
+                                lambda source, source_epoch: self.canonical_reader(
+                                    epoch, SourceKey(source, source_epoch, 0), 1, seeding))
 
     def _combine(self, of_stream: Callable[[ShardedStream], int], of_map: Callable[[str, int], int]) -> int:
         mixture = self._mixture

@@ -11,9 +11,9 @@ Two kinds of stream:
   worker returns its part of every batch of the rank, and the parts
   of a batch are joined here (`steps`); progress is the global step of the rank's next
   batch, and a resume at any world size and `num_workers` continues the same global
-  batches from the step every rank reached (G2, G3). With `in_order=False` a
-  `ShardedStream`'s workers read whole batches of their own runs of items instead, handed
-  on as they arrive; progress is each role's count of batches (`unordered_records`).
+  batches from the step every rank reached (G2, G3). With `in_order=False` the
+  workers read whole batches of their own runs of epoch positions instead, handed on as
+  they arrive; progress is each role's count of batches (`unordered_records`).
 - any other IterableDataset: per role, the dataset's `state_dict()` every `snapshot_every`
   batches (if it has one) plus the items yielded since; a resume loads the snapshot into
   the worker of that role and skips those items (replays the whole stream without one).
@@ -72,7 +72,7 @@ class StreamCursor:
         self.roles = max(num_workers, 1)
         source = self._source = step_source(dataset)
         self._records: SnapshotRecords | StepRecords | UnorderedRecords
-        if isinstance(source, ShardedStream) and not in_order:
+        if source is not None and not in_order:
             self._records = UnorderedRecords(source, world_size, batch_size, self.roles)
         elif source is not None:
             self._records = StepRecords(source, world_size * self.roles, world_size, batch_size)
@@ -103,7 +103,7 @@ class StreamCursor:
             resume = self._records.resume(self._settings(owner, epoch, rank), self._collate, seeding)
         elif isinstance(self._records, UnorderedRecords):
             resume = self._records.resume(epoch, rank, _mode(owner), BatchCollate(collate, owner.batch_size is not None),
-                                          seeding)
+                                          seeding, owner.seed, owner.shuffle)
         else:
             resume = self._records.resume(epoch, rank, world_size)
         worker_stream = WorkerStream(
@@ -225,6 +225,11 @@ class StreamCursor:
                 return records.accept(entries, _where, saved, rank, roles, mode)
             return records.accept(entries, _where, saved, rank)
         stream = self._source
+        if not isinstance(stream, ShardedStream):
+            saved_order, other = (True, False) if kind == CANONICAL_KIND else (False, True)
+            raise ResumeStateError(
+                f"loader state was saved with in_order={saved_order} for a {stream.kind_name} of streams, whose "
+                f"stream sources in_order={other} reads in another sequence: resume it with in_order={saved_order}")
         if isinstance(records, UnorderedRecords):
             in_order = StepRecords(stream, records.world_size * self.roles, records.world_size, records.batch_size)
             own, adopt_position = in_order.accept(entries, _where, saved, rank)

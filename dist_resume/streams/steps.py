@@ -12,7 +12,9 @@ state records), `epoch_items` (positions per epoch), `digest`, `reader_digest`,
 `step_layout(settings)` (the rank's batches, as `canonical.StepLayout` gives them: pieces
 whose `stream` is a reader key, and `owner(key, roles)`) and `canonical_reader(epoch, key,
 C, seeding)` (a reader whose `take(start, count)` returns items of the key a piece names,
-per-item user code run under each item's seed from `seeding`, G4)."""
+per-item user code run under each item's seed from `seeding`, G4); read with
+`in_order=False`, also `item_reader(epoch, seeding)`: a reader whose `take(start, count)`
+returns the items at epoch positions `[start, start + count)` (see `item_reader`)."""
 
 from __future__ import annotations
 
@@ -81,6 +83,15 @@ def step_layout(stream: Any, settings: StepSettings) -> Any:
         return stream.step_layout(settings)
     return StepLayout(stream.stream_lengths(settings.canonical_streams), settings.origin, settings.world_size,
                       settings.batch_size, settings.mode)
+
+
+def item_reader(stream: Any, epoch: int, seeding: ItemSeeding | None) -> Any:
+    """What reads an epoch's items by position with `in_order=False` (`unordered_pass`): a
+    `ShardedStream`'s items one after another in the epoch's shard order (one canonical
+    stream), or what another step source's `item_reader(epoch, seeding)` returns."""
+    if isinstance(stream, ShardedStream):
+        return stream.canonical_reader(epoch, 0, 1, seeding)
+    return stream.item_reader(epoch, seeding)
 
 
 def epoch_items(stream: Any) -> int:

@@ -59,6 +59,12 @@ def remaining_after(position: int, stream_lengths: Sequence[int]) -> Runs:
     return merged_runs(runs)
 
 
+def past_consumed(runs: Runs, total: int) -> int:
+    """The epoch position past every item that `runs`, the rest of an epoch of `total`
+    items, leaves consumed."""
+    return runs[-1][0] if runs and runs[-1][1] == total else total
+
+
 def in_order_position(runs: Runs, stream_lengths: Sequence[int]) -> int | None:
     """The epoch position of the canonical streams' order whose rest is exactly `runs`, or
     None if `runs` is no such rest (items were consumed out of that order)."""

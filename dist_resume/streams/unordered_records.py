@@ -1,4 +1,5 @@
-"""What the main process records of a `ShardedStream` read with `in_order=False`: the rest of
+"""What the main process records of a `ShardedStream` (or another step source, such as a
+`Mixture` of streams, see `steps`) read with `in_order=False`: the rest of
 the epoch its pass serves and how many batches each worker role of this rank handed to the
 training loop (`unordered_pass`); saved as the rank's stream entry and continued on resume,
 at the same or another world size, batch size or `num_workers` (G1 for in_order=False, G2).
@@ -21,6 +22,7 @@ from dist_resume.positions.layout import TailMode
 from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
+from dist_resume.streams.steps import epoch_items
 from dist_resume.streams.stream_state import UNORDERED_KIND, int_list
 from dist_resume.streams.unordered_pass import Runs, UnorderedPass, merged_runs
 from dist_resume.streams.unordered_reader import UnorderedResume
@@ -31,7 +33,8 @@ RUNS_KEY = "runs__load_with_dist_resume_load_checkpoint"
 
 
 class UnorderedRecords:
-    """This rank's batches per worker role in the current pass of a `ShardedStream`."""
+    """This rank's batches per worker role in the current pass of a `ShardedStream` (or
+    another step source: its epoch positions, as its `item_reader` reads them)."""
 
     kind = UNORDERED_KIND
     carry = False
@@ -54,7 +57,7 @@ class UnorderedRecords:
         self._counts = [0] * self.roles
 
     def _pass(self, mode: TailMode, fresh: bool = False) -> UnorderedPass:
-        total = sum(self._stream.lengths())
+        total = epoch_items(self._stream)
         runs = merged_runs([(0, total)]) if fresh or self._runs is None else self._runs
         return UnorderedPass(runs, total, self.world_size, self.batch_size, mode, self.roles)
 
@@ -65,9 +68,9 @@ class UnorderedRecords:
         return sum(len(served.role_batches(rank, role)) - counts[role] for role in range(self.roles))
 
     def resume(self, epoch: int, rank: int, mode: TailMode, collate: Callable[[list[Any]], Any],
-               seeding: ItemSeeding | None) -> UnorderedResume:
+               seeding: ItemSeeding | None, seed: int, shuffle: bool) -> UnorderedResume:
         self._stream.lengths()  # counted here once, before workers copy the stream
-        return UnorderedResume(self._pass(mode), epoch, rank, list(self._counts), collate, seeding)
+        return UnorderedResume(self._pass(mode), epoch, rank, list(self._counts), collate, seeding, seed, shuffle)
 
     def record(self, tagged: Tagged) -> None:
         """A batch of `tagged.role` was handed to the training loop."""
@@ -78,7 +81,7 @@ class UnorderedRecords:
 
     def state(self) -> dict[str, Any]:
         stream = self._stream
-        runs = self._runs if self._runs is not None else merged_runs([(0, sum(stream.lengths()))])
+        runs = self._runs if self._runs is not None else merged_runs([(0, epoch_items(stream))])
         values = [stream.lengths_digest(), stream.reader_digest, *self._counts]
         return {UNORDERED: torch.tensor(values, dtype=torch.int64),
                 RUNS_KEY: torch.tensor([value for run in runs for value in run], dtype=torch.int64)}
@@ -128,11 +131,8 @@ class UnorderedRecords:
     def _saved_pass(self, entries: Mapping[int, Mapping[str, Any]], where: Callable[[int], str],
                     saved: SavedStates, roles: int, mode: TailMode) -> tuple[UnorderedPass, dict[int, list[int]]]:
         stream = self._stream
-        total = sum(stream.lengths())
-        counts, runs = {}, None
         for saved_rank, entry in entries.items():
-            lengths_digest, reader_digest, *counts[saved_rank] = int_list(entry, UNORDERED, where(saved_rank),
-                                                                          2 + roles)
+            lengths_digest, reader_digest = int_list(entry, UNORDERED, where(saved_rank), 2 + roles)[:2]
             if reader_digest != stream.reader_digest:
                 raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved with another reader "
                                        f"(digest {reader_digest}); this ShardedStream's reader has digest "
@@ -140,20 +140,29 @@ class UnorderedRecords:
             if lengths_digest != stream.lengths_digest():
                 raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved for shards of other item "
                                        "counts: a shard changed since, or lengths= differs")
-            own_runs = _read_runs(entry, where(saved_rank), total)
-            if runs is not None and own_runs != runs:
-                raise ResumeStateError(f"{where(saved_rank)} field {RUNS_KEY!r} disagrees with the other ranks' "
-                                       "entries")
-            runs = own_runs
-        state = saved.any
-        served = UnorderedPass(runs, total, state.world_size, state.batch_size, mode, roles)
-        for saved_rank, rank_counts in counts.items():
-            for role, count in enumerate(rank_counts):
-                if not 0 <= count <= len(served.role_batches(saved_rank, role)):
-                    raise ResumeStateError(
-                        f"{where(saved_rank)} field {UNORDERED!r} says role {role} consumed {count} batches of "
-                        f"its {len(served.role_batches(saved_rank, role))}")
-        return served, counts
+        return saved_pass(entries, where, saved, roles, mode, epoch_items(stream))
+
+
+def saved_pass(entries: Mapping[int, Mapping[str, Any]], where: Callable[[int], str], saved: SavedStates,
+               roles: int, mode: TailMode, total: int) -> tuple[UnorderedPass, dict[int, list[int]]]:
+    """The pass the saved ranks' entries (saved with `roles` worker roles, `mode`, an epoch
+    of `total` items) served, and each rank's batches per role; every value checked."""
+    counts, runs = {}, None
+    for saved_rank, entry in entries.items():
+        counts[saved_rank] = int_list(entry, UNORDERED, where(saved_rank), 2 + roles)[2:]
+        own_runs = _read_runs(entry, where(saved_rank), total)
+        if runs is not None and own_runs != runs:
+            raise ResumeStateError(f"{where(saved_rank)} field {RUNS_KEY!r} disagrees with the other ranks' entries")
+        runs = own_runs
+    state = saved.any
+    served = UnorderedPass(runs, total, state.world_size, state.batch_size, mode, roles)
+    for saved_rank, rank_counts in counts.items():
+        for role, count in enumerate(rank_counts):
+            if not 0 <= count <= len(served.role_batches(saved_rank, role)):
+                raise ResumeStateError(
+                    f"{where(saved_rank)} field {UNORDERED!r} says role {role} consumed {count} batches of "
+                    f"its {len(served.role_batches(saved_rank, role))}")
+    return served, counts
 
 
 def _read_runs(entry: Mapping[str, Any], where: str, total: int) -> Runs:
