@@ -121,7 +121,56 @@ def stream_resume(args: dict[str, Any]) -> None:
     (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
 
 
-SCENARIOS = {f.__name__: f for f in (train_and_wait, resume, stream_train_and_stop, stream_resume)}
+def _mixture_loader(args: dict[str, Any], slow: set[int], gate: Any, num_workers: int) -> Any:
+    from dist_resume import Mixture, ResumableDataLoader
+    from dist_resume.streams import ShardedStream
+    from tests.unordered_datasets import GatedReader
+
+    sources = {name: ShardedStream(shards, GatedReader(slow, gate), shuffle=False, window=1,
+                                   lengths=[args["shard_items"]] * len(shards))
+               for name, shards in args["sources"].items()}
+    mixture = Mixture(sources, args["weights"], args["length"])
+    return ResumableDataLoader(mixture, batch_size=args["batch_size"], num_workers=num_workers, in_order=False,
+                               seed=5, even_batches=False)
+
+
+def mixture_train_and_stop(args: dict[str, Any]) -> None:
+    """A Mixture of two ShardedStreams: rank 0's worker role 0 starts with an item held by a
+    gate opened only after the save, so the checkpoint holds role 1's batches alone on rank
+    0. Then train on and stop (the state taken at the save is what a kill leaves)."""
+    import torch
+    import torch.distributed as dist
+
+    from dist_resume import save_checkpoint
+
+    rank = _setup()
+    gate = multiprocessing.Event()
+    loader = _mixture_loader(args, {args["straggler"]} if rank == 0 else set(), gate, num_workers=2)
+    consumed: list[list[int]] = []
+    iterator = iter(loader)
+    for _ in range(args["save_step"]):
+        batch = next(iterator)
+        dist.all_reduce(torch.ones(1))  # a training step, in lockstep
+        consumed.append(batch.tolist())
+    save_checkpoint({"loader": loader}, args["url"], args["save_step"])
+    (Path(args["out"]) / f"consumed-before-{rank}.json").write_text(json.dumps(consumed))
+    gate.set()
+    next(iterator)  # trained after the save: not in the checkpoint
+    del iterator
+
+
+def mixture_resume(args: dict[str, Any]) -> None:
+    from dist_resume import load_checkpoint
+
+    rank = _setup()
+    loader = _mixture_loader(args, set(), None, num_workers=1)
+    assert load_checkpoint({"loader": loader}, args["url"]) == args["save_step"]
+    consumed = [batch.tolist() for batch in loader]
+    (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
+
+
+SCENARIOS = {f.__name__: f for f in (train_and_wait, resume, stream_train_and_stop, stream_resume,
+                                     mixture_train_and_stop, mixture_resume)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
