@@ -68,3 +68,26 @@ def test_an_in_order_rest_converts_both_ways(total, streams, data):
     begin = [sum(lengths[:stream]) for stream in range(streams)]
     consumed = {begin[m % streams] + m // streams for m in range(position)}
     assert set(items(rest)) == set(range(total)) - consumed
+
+
+@settings(max_examples=150, deadline=None)
+@given(passes(), st.data())
+def test_a_skip_from_a_common_prefix_passes_over_exactly_its_batches(case, data):
+    """Every rank consumed its first `done` batches, then skipped the next `steps`: its
+    `rank_positions` are those batches' items, and the counts that put each role past them
+    leave the rest of the runs, each item once."""
+    served, _ = case
+    world_size = served.layout.world_size
+    done = data.draw(st.integers(0, served.num_batches(0)))
+    steps = data.draw(st.integers(0, served.num_batches(0) - done))
+    consumed, skipped, counts = [], [], {}
+    for rank in range(world_size):
+        stop = min(done + steps, served.num_batches(rank))
+        first = min(done, stop)
+        for start, end, into in [(0, first, consumed), (first, stop, skipped)]:
+            from_batches = [position for index in range(start, end) for position in items(served.batch(rank, index)[0])]
+            assert items(served.rank_positions(rank, start, end)) == from_batches
+            into += from_batches
+        counts[rank] = [min(max(stop - group.start, 0), len(group))
+                        for group in (served.role_batches(rank, role) for role in range(served.roles))]
+    assert sorted(consumed + skipped + items(served.leftover(counts))) == items(served.runs)

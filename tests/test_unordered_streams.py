@@ -176,11 +176,6 @@ def test_the_state_stays_small(urls):
     assert sum(value.numel() * 8 for value in stream_state.values()) <= 4096
 
 
-def test_skip_is_refused_with_in_order_false(urls):
-    with pytest.raises(ValueError, match="in_order=False"):
-        loader_of(make_stream(urls)).skip(1)
-
-
 def test_a_damaged_state_is_refused_naming_the_field(urls):
     stream = make_stream(urls)
     _, state = job(stream, 1, 2, None, 3)

@@ -76,3 +76,24 @@ class WorkerSplit(IterableDataset):
             if item in self.slow and not self.gate.wait(timeout=60):
                 raise TimeoutError(f"item {item} waited 60 s for its gate")
             yield item
+
+
+class RecordingTransform:
+    """A stream transform that appends each item it is given to the file `path` (one line
+    per item, from any worker process): the items a loader really read."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, item):
+        with open(self.path, "a") as file:
+            file.write(f"{item}\n")
+        return item
+
+
+def recorded(path) -> list[int]:
+    try:
+        with open(path) as file:
+            return [int(line) for line in file]
+    except FileNotFoundError:
+        return []

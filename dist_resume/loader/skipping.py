@@ -40,9 +40,6 @@ class BatchSkipping:
         warns; the next `iter()` then yields no batch, and the one after starts the next
         epoch. Other IterableDatasets and custom samplers are refused."""
         batches = checked_int("batches", batches, 0)
-        if self._stream is not None and not self.in_order:
-            raise ValueError(f"{_SUPPORTED}; this loader reads a stream with in_order=False, whose workers each "
-                             "read their own run of items: skip with in_order=True")
         if self._stream is not None and not self._stream.skippable:
             raise ValueError(f"{_SUPPORTED}; this loader reads an IterableDataset other than a ShardedStream, "
                              "whose stream has no positions to skip to")
@@ -54,10 +51,11 @@ class BatchSkipping:
         if progress is not self._progress:
             self._switch_epoch(progress.epoch)  # the epoch the next iter() would start
             progress = self._progress
-        if progress.delivered is not None and progress.delivered.ahead:
+        holes = self._holes(progress)
+        if holes:
             raise ValueError(
                 "skip() cannot pass over batches while this pass delivered some out of order (in_order=False) "
-                f"beyond its consumed prefix (batches {', '.join(map(str, progress.delivered.holes))} are still in "
+                f"beyond its consumed prefix (batches {', '.join(map(str, holes))} are still in "
                 "flight): skip between passes, or after load_state_dict / load_checkpoint"
             )
         # A rank that has served all its batches (with even_batches=False, one fewer than
@@ -82,6 +80,12 @@ class BatchSkipping:
             )
         return span.steps
 
+    def _holes(self, progress: Progress) -> list[int]:
+        """This rank's batches of the pass not handed on, below one that was (in_order=False)."""
+        if self._stream is not None:
+            return self._stream.holes(self)
+        return progress.delivered.holes if progress.delivered is not None else []
+
     def _span(self, progress: Progress, steps: int) -> SkipSpan:
         if self._stream is None:
             return skip_span(progress.plan, self._layout(progress), self.rank, progress.batches, steps)
@@ -89,7 +93,7 @@ class BatchSkipping:
         # over whole shards by their item counts and reading the current shard up to it.
         moved = self._stream.skip(self, progress.epoch, self.rank, steps)
         return SkipSpan(progress.batches, moved.steps, moved.rank_batches, moved.rank_items, moved.first_position,
-                        moved.stop_position, moved.stop_position - moved.first_position)
+                        moved.stop_position, moved.positions)
 
     def _epoch_batches(self, progress: Progress) -> int:
         if self._stream is None:

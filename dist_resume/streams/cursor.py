@@ -147,11 +147,22 @@ class StreamCursor:
 
     @property
     def skippable(self) -> bool:
-        """Whether `skip` can pass over this stream's steps (read by global steps)."""
-        return isinstance(self._records, StepRecords)
+        """Whether `skip` can pass over this stream's batches (a ShardedStream's or a step
+        source's, read in either order)."""
+        return isinstance(self._records, (StepRecords, UnorderedRecords))
+
+    def holes(self, owner: DataLoader) -> list[int]:
+        """This rank's batches of the pass that a skip cannot pass over yet (in flight
+        below one handed on, with in_order=False)."""
+        if isinstance(self._records, UnorderedRecords):
+            return self._records.holes(owner.rank, _mode(owner))
+        return []
 
     def skip(self, owner: DataLoader, epoch: int, rank: int, steps: int) -> StreamSkip:
-        """Pass over the next `steps` global steps of `epoch` (see `StepRecords.skip`)."""
+        """Pass over the next `steps` global steps of `epoch` (see `StepRecords.skip` and
+        `UnorderedRecords.skip`)."""
+        if isinstance(self._records, UnorderedRecords):
+            return self._records.skip(rank, _mode(owner), steps)
         return self._records.skip(self._settings(owner, epoch, rank), steps)
 
     def yielded(self, inner: Iterator[Tagged], sizes) -> Iterator[Any]:

@@ -21,13 +21,15 @@ from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, Canonica
 
 class StreamSkip(NamedTuple):
     """Global steps a skip passed over, this rank's share of them, and the epoch positions
-    `[first_position, stop_position)` they held (padding excluded)."""
+    they held (padding excluded): `positions` of them, all within `[first_position,
+    stop_position)` (all of it but with `in_order=False`, whose ranks skip their own runs)."""
 
     steps: int
     rank_batches: int
     rank_items: int  # this rank's slots among them, padding included: its consumed items
     first_position: int
     stop_position: int
+    positions: int
 
 
 class StepRecords:
@@ -90,7 +92,7 @@ class StepRecords:
             rank_items = (rank_batches - 1) * settings.batch_size + last
         stop = layout.end(steps - 1) if steps else settings.origin
         self._position = stop
-        return StreamSkip(steps, rank_batches, rank_items, settings.origin, stop)
+        return StreamSkip(steps, rank_batches, rank_items, settings.origin, stop, stop - settings.origin)
 
     def digest(self) -> int:
         return self._stream.digest

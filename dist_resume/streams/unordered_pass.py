@@ -110,6 +110,12 @@ class UnorderedPass:
         padding = [(slots.padding_start + i) % self.epoch_items for i in range(slots.padding)]
         return self.positions(first, first + slots.stop - slots.start), padding
 
+    def rank_positions(self, rank: int, first: int, stop: int) -> Runs:
+        """The item positions of rank `rank`'s batches `[first, stop)` (padding excluded)."""
+        start = self._offsets[rank] + first * self.layout.batch_size
+        return self.positions(start, min(self._offsets[rank] + stop * self.layout.batch_size,
+                                         self._offsets[rank + 1]))
+
     def positions(self, start: int, stop: int) -> Runs:
         """The item positions at offsets `[start, stop)` of the runs' concatenation."""
         pieces = []

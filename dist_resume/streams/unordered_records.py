@@ -22,9 +22,10 @@ from dist_resume.positions.layout import TailMode
 from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
+from dist_resume.streams.step_records import StreamSkip
 from dist_resume.streams.steps import epoch_items
 from dist_resume.streams.stream_state import UNORDERED_KIND, int_list
-from dist_resume.streams.unordered_pass import Runs, UnorderedPass, merged_runs
+from dist_resume.streams.unordered_pass import Runs, UnorderedPass, merged_runs, runs_length
 from dist_resume.streams.unordered_reader import UnorderedResume
 from dist_resume.workers.roles import Tagged
 
@@ -46,6 +47,9 @@ class UnorderedRecords:
         self.roles = roles
         self._runs: Runs | None = None  # None: the whole epoch
         self._counts = [0] * roles
+        # Loaded from every rank's entry, nothing handed on since: the rest of the epoch, from
+        # which a skip starts a new pass (the same on every rank), whatever each rank's counts.
+        self._loaded_rest: Runs | None = None
 
     @property
     def length(self) -> int:
@@ -55,6 +59,7 @@ class UnorderedRecords:
     def start_epoch(self) -> None:
         self._runs = None
         self._counts = [0] * self.roles
+        self._loaded_rest = None
 
     def _pass(self, mode: TailMode, fresh: bool = False) -> UnorderedPass:
         total = epoch_items(self._stream)
@@ -75,6 +80,38 @@ class UnorderedRecords:
     def record(self, tagged: Tagged) -> None:
         """A batch of `tagged.role` was handed to the training loop."""
         self._counts[tagged.role] += 1
+        self._loaded_rest = None
+
+    def holes(self, rank: int, mode: TailMode) -> list[int]:
+        """This rank's batches of the pass not handed on below the highest one that was
+        (none right after a load of every rank's entry: a skip starts a new pass then)."""
+        if self._loaded_rest is not None:
+            return []
+        served = self._pass(mode)
+        handed = {index for role, count in enumerate(self._counts) for index in served.role_batches(rank, role)[:count]}
+        return [index for index in range(max(handed, default=-1)) if index not in handed]
+
+    def skip(self, rank: int, mode: TailMode, steps: int) -> StreamSkip:
+        """Pass over the next `steps` batches of every rank (fewer at the pass's end) from the
+        consumed prefix of its batches (`holes` is empty), which is the same count on every
+        rank that took the same number of steps: each role's count moves past them, so its
+        reader starts after them and reads past them (whole shards by their item counts,
+        the current one item by item); the positions skipped over all ranks, the same on
+        every rank."""
+        if self._loaded_rest is not None:
+            self._runs, self._counts, self._loaded_rest = self._loaded_rest, [0] * self.roles, None
+        served = self._pass(mode)
+        done = sum(self._counts)
+        steps = min(steps, served.num_batches(0) - done)  # rank 0 has every global step
+        rank_batches = max(0, min(steps, served.num_batches(rank) - done))
+        layout = served.layout
+        rank_items = layout.slots_before(rank, done + rank_batches) - layout.slots_before(rank, done)
+        skipped = merged_runs(run for other in range(self.world_size)
+                              for run in served.rank_positions(other, done, done + steps))
+        groups = [served.role_batches(rank, role) for role in range(self.roles)]
+        self._counts = [min(max(done + rank_batches - group.start, 0), len(group)) for group in groups]
+        first, stop = (skipped[0][0], skipped[-1][1]) if skipped else (0, 0)
+        return StreamSkip(steps, rank_batches, rank_items, first, stop, runs_length(skipped))
 
     def digest(self) -> int:
         return self._stream.digest
@@ -115,8 +152,11 @@ class UnorderedRecords:
             own = dataclasses.replace(furthest, rank=rank, world_size=self.world_size, batch_size=self.batch_size,
                                       global_batch=self.world_size * self.batch_size, epoch_finished=int(finished))
 
+        complete = len(entries) == saved.any.world_size
+        rest = served.leftover(counts) if complete else None
+
         def adopt() -> None:
-            self._runs, self._counts = runs, own_counts
+            self._runs, self._counts, self._loaded_rest = runs, own_counts, rest
 
         return own, adopt
 
@@ -124,7 +164,7 @@ class UnorderedRecords:
         """What starts this rank's pass over `runs` (the rest of an in-order state)."""
 
         def adopt() -> None:
-            self._runs, self._counts = runs, [0] * self.roles
+            self._runs, self._counts, self._loaded_rest = runs, [0] * self.roles, None
 
         return adopt
 
