@@ -6,6 +6,7 @@ results go to files in ``args["out"]``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -93,7 +94,38 @@ def resume_to_the_end(args: dict[str, Any]) -> None:
     (out / f"skipped-load-{rank}.json").write_text(json.dumps([str(r) for r in loader.skipped]))
 
 
-SCENARIOS = {f.__name__: f for f in (skip_then_save, resume_to_the_end)}
+def stream_phase(args: dict[str, Any]) -> None:
+    """A ShardedStream read with in_order=False: load step `load` (if given), skip `skip`
+    global batches, take `take` batches (None: to the epoch's end), save step `save` (if
+    given). The items its transform was given go to `reads-<phase>.log`."""
+    import torch.distributed as dist
+
+    from dist_resume import ResumableDataLoader, load_checkpoint, save_checkpoint
+    from dist_resume.streams import ShardedStream
+    from tests.stream_jobs import read_jsonl
+    from tests.unordered_datasets import RecordingTransform
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    out = Path(args["out"])
+    stream = ShardedStream(args["shards"], read_jsonl, window=8, seed=11,
+                           transform=RecordingTransform(str(out / f"reads-{args['phase']}.log")))
+    loader = ResumableDataLoader(stream, batch_size=args["batch_size"], num_workers=args["num_workers"],
+                                 in_order=False, even_batches=False)
+    if args.get("load") is not None:
+        assert load_checkpoint({"loader": loader}, args["url"]) == args["load"]
+    loader.skip(args.get("skip", 0))
+    consumed = []
+    if args["take"] != 0:
+        batches = iter(loader) if args["take"] is None else itertools.islice(loader, args["take"])
+        consumed = [i for batch in batches for i in batch.tolist()]
+    if args.get("save") is not None:
+        save_checkpoint({"loader": loader}, args["url"], args["save"])
+    (out / f"consumed-{args['phase']}-{rank}.json").write_text(json.dumps(consumed))
+    (out / f"skipped-{args['phase']}-{rank}.json").write_text(json.dumps([str(r) for r in loader.skipped]))
+
+
+SCENARIOS = {f.__name__: f for f in (skip_then_save, resume_to_the_end, stream_phase)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))

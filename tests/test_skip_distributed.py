@@ -1,6 +1,6 @@
 """`loader.skip` in real gloo jobs: skips survive a save -> resume from 2 to 3 ranks (and 0 to
 2 workers), skipped samples are never trained nor read by the resumed job (G2), and ranks that
-skipped differently cannot save."""
+skipped differently cannot save; also for a ShardedStream read with in_order=False."""
 
 from __future__ import annotations
 
@@ -61,3 +61,31 @@ def test_ranks_that_skipped_differently_cannot_save(tmp_path: Path) -> None:
                 "(2), positions 6 to 17 (12)); every rank must call loader.skip() with the same number of batches")
     assert [(tmp_path / f"save-error-{rank}.txt").read_text() for rank in range(2)] == [expected] * 2
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+
+
+@pytest.mark.slow
+def test_in_order_false_stream_skips_survive_saves_and_a_resume_from_2_to_3_ranks(tmp_path: Path) -> None:
+    """A ShardedStream with in_order=False: 2 ranks x 2 workers train 2 batches and save;
+    2 ranks x 2 workers load it, skip 3 global batches and save; 3 ranks x 1 worker load
+    that, skip 1 more and finish. Every item is trained once or skipped, skipped items
+    are never read after the skip, and every rank records the same skipped ranges."""
+    from tests.stream_jobs import all_items, write_shards
+    from tests.unordered_datasets import recorded
+
+    base = {"out": str(tmp_path), "url": str(tmp_path / "ckpt"), "shards": write_shards(str(tmp_path))}
+    phases = [("a", 2, {"num_workers": 2, "batch_size": 3, "take": 2, "save": 1}),
+              ("b", 2, {"num_workers": 2, "batch_size": 3, "load": 1, "skip": 3, "take": 0, "save": 2}),
+              ("c", 3, {"num_workers": 1, "batch_size": 2, "load": 2, "skip": 1, "take": None})]
+    for phase, world_size, args in phases:
+        run("stream_phase", world_size, {**base, **args, "phase": phase}, free_port(), script=skip_worker.__file__)
+    trained = [i for phase, world_size, _ in phases for rank in range(world_size)
+               for i in _json(tmp_path / f"consumed-{phase}-{rank}.json")]
+    assert len(trained) == len(set(trained))
+    skipped = set(all_items()) - set(trained)
+    assert len(skipped) == 3 * 6 + 6
+    assert recorded(tmp_path / "reads-b.log") == []  # phase b started no pass
+    assert skipped.isdisjoint(recorded(tmp_path / "reads-c.log"))
+    ranges = [_json(tmp_path / f"skipped-c-{rank}.json") for rank in range(3)]
+    assert ranges[0] == ranges[1] == ranges[2] and len(ranges[0]) == 2
+    assert ranges[0][0].startswith("epoch 0 global batch 2 to epoch 0 global batch 4: 3 of these global batches, "
+                                   "and 18 positions between")
