@@ -70,11 +70,11 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
       per batch).
 
     - `in_order=False` (map-style datasets and Mixtures in the loader's own order, and
-      IterableDatasets): batches reach the loop in the order workers finish them, as with
-      torch's DataLoader. The state records the consumed prefix and the batches delivered
-      beyond it (at most `num_workers * prefetch_factor` missing ones; for a `ShardedStream`,
-      whose workers then read whole batches of their own runs of items, the batches each
-      worker handed on); a resume, at any world size, batch size or `num_workers` (other
+      IterableDatasets and Mixtures of streams): batches reach the loop in the order workers
+      finish them, as with torch's DataLoader. The state records the consumed prefix and the
+      batches delivered beyond it (at most `num_workers * prefetch_factor` missing ones; for a
+      `ShardedStream` or a Mixture of streams, whose workers then read whole batches of their
+      own runs of items or positions, the batches each worker handed on); a resume, at any world size, batch size or `num_workers` (other
       IterableDatasets: the same ones), trains every sample of the epoch exactly once (G1,
       G2), each with its own seed (G4), in an order that is not the uninterrupted one (no G3).
 

@@ -28,7 +28,11 @@ class BatchSkipping:
         without reading any of their samples (a `ShardedStream`, or a Mixture of them, reads
         past them instead: whole shards are passed over by their item counts, and each
         canonical stream reads its current shard up to the new position); return how many
-        were skipped.
+        were skipped. With `in_order=False` a skip starts from the consumed prefix: it is
+        refused while the pass delivered batches beyond it; on a stream each rank passes
+        over its own next batches of the pass (right after a load of every rank's entry, of
+        a new pass over the rest), each worker's reader reading past at most the shard its
+        run starts in.
 
         Every rank calls it with the same number (a collective save refuses ranks that
         skipped differently). The skipped positions count as consumed (G2): no rank trains

@@ -68,6 +68,10 @@ class Mixture(Dataset):
     position. `canonical_streams`: the canonical stream count of every stream source; the
     sources must agree on it (`ValueError` naming them otherwise); None: theirs, or the
     first run's slot count. Stream sources are not indexed (`mixture[i]` is a TypeError).
+    With `in_order=False` each worker reads whole batches of its own run of positions
+    (`unordered_positions`): a stream source's draws are then its items in shard order, each
+    source still once per source-epoch, every position once across resumes at any layout
+    (G2), not the in-order global batches (no G3).
     """
 
     def __init__(self, sources: Mapping[str, Dataset | ShardedStream], weights: WeightsOrStages,
