@@ -157,3 +157,16 @@ def test_a_global_batch_holds_each_sources_share_of_its_positions(urls):
               if item >= MAP_BASE]
     assert tables == [index for source, index in keys if mixture.names[source] == "table"]
     assert torch.is_tensor(next(iter(loader)))
+
+
+def test_reweighting_applies_from_the_position_past_every_consumed_one(urls):
+    _, state = job(make_mixture(urls), 2, 2, None, 3)
+    new = [(0, {"web": 1, "code": 1})]
+    frontier = make_mixture(urls).progress(state)
+    with pytest.raises(ResumeStateError, match=r"loader state was saved with Mixture weights .*pass reweight=True"):
+        job(make_mixture(urls, stages=new), 3, 1, state, None)
+    reweighted = make_mixture(urls, stages=new, reweight=True)
+    after, _ = job(reweighted, 3, 1, state, None)
+    position = sum(progress.draws for progress in frontier.values())
+    assert reweighted.schedule.stages[-1].start == position and reweighted.schedule.stages[-1].quotas == (1, 1)
+    assert len(after) == LENGTH - 3 * GLOBAL_BATCH

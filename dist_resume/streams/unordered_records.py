@@ -175,7 +175,7 @@ class UnorderedRecords:
             lengths_digest, reader_digest = int_list(entry, UNORDERED, where(saved_rank), 2 + roles)[:2]
             if reader_digest != stream.reader_digest:
                 raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved with another reader "
-                                       f"(digest {reader_digest}); this ShardedStream's reader has digest "
+                                       f"(digest {reader_digest}); this {stream.kind_name}'s reader has digest "
                                        f"{stream.reader_digest}")
             if lengths_digest != stream.lengths_digest():
                 raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved for shards of other item "
