@@ -137,6 +137,8 @@ class StepReader:
 
 def joined(parts: Sequence[Tagged], collate: Callable[[list[Any]], Any]) -> tuple[Any, int, int]:
     """The batch the parts of one step make, its size and the epoch position after it."""
+    if len(parts) == 1 and parts[0].batch.collated is not None:  # one role read it all: num_workers <= 1
+        return parts[0].batch.collated, parts[0].items, parts[0].payload
     steps = {tagged.payload for tagged in parts}
     if len(steps) != 1:  # torch hands out the workers' parts in turn: never expected
         raise RuntimeError(f"ShardedStream: the workers' parts of one batch end at positions {sorted(steps)}")
