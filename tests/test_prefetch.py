@@ -134,7 +134,8 @@ def test_each_shard_url_is_resolved_once(shards, monkeypatch):
 
     resolved = []
     for module in (prefetch, shard_files):
-        monkeypatch.setattr(module, "resolve", lambda url, options, real=module.resolve: resolved.append(url) or real(url, options))
+        monkeypatch.setattr(module, "resolve",
+                            lambda url, options, real=module.resolve: resolved.append(url) or real(url, options))
     assert len(list(ShardedStream(shards, JsonlReader(), shuffle=False, lengths=SIZES))) == sum(SIZES)
     assert sorted(resolved) == sorted(shards)
 

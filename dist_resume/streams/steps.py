@@ -110,7 +110,8 @@ class StepReader:
             batch = layout.batch(rank, step)
             # A sole role (num_workers <= 1) reads every piece: no owner to ask.
             mine = batch if roles == 1 else [piece for piece in batch if owner(piece.stream, roles) == role]
-            pieces = tuple([(piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine])
+            pieces = tuple([(piece.offset, self._reader(piece.stream).take(piece.start, piece.count))
+                            for piece in mine])
             if seeding is not None:  # in process, the training loop's generators are its own
                 seeding.restore()
             items = sum([piece.count for piece in mine])
