@@ -20,7 +20,7 @@ from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
 from dist_resume.loader.rebuild_guard import RebuildGuard
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
-from dist_resume.loader.single_process import SingleProcessBatches, serves
+from dist_resume.loader.single_process import SingleProcessBatches, SingleProcessItems, serves
 from dist_resume.loader.skipping import BatchSkipping
 from dist_resume.loader.split_by_node import check_not_split_by_node
 from dist_resume.loader.unordered import (NumberedDataset, NumberedRequest, NumberingCollate, arrivals,
@@ -234,7 +234,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState
             self._pass_batches = self._stream.batches(self, self._progress, False)  # -1: unknown
             inner = self._stream.loader(self, self._progress.epoch, self.rank, self.world_size,
                                         self.deterministic_transforms, self.seed)
-            batches = iter(inner)
+            batches = SingleProcessItems(inner) if serves(inner) else iter(inner)
             stream_length = StreamLength(self._IterableDataset_len_called, self.dataset, self.num_workers)
             return self._resuming(self._stream.yielded(batches, self._sizes), batches, stream_length)
         loader = self._inner_loader()

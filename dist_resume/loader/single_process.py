@@ -1,9 +1,10 @@
 """The inner DataLoader's batches at `num_workers=0`, fetched by the loader's own loop.
 
 torch's single-process iterator opens a profiler scope (`record_function`) around every
-batch, profiler or not: about 4 us, a fifth of a batch of cheap samples. This loop does
+batch, profiler or not: about 4 us, a fifth of a batch of cheap samples. These loops do
 what that iterator does for the inner DataLoader (next request, the dataset's
-`__getitems__`, `collate_fn`) and opens the same scope only while a profiler runs.
+`__getitems__`, `collate_fn`; for a stream's, the next item of its dataset, `collate_fn`)
+and open the same scope only while a profiler runs.
 """
 
 from __future__ import annotations
@@ -44,3 +45,22 @@ class SingleProcessBatches:
             with record_function(_SCOPE):
                 return self._collate(self._fetch(next(self._requests)))
         return self._collate(self._fetch(next(self._requests)))
+
+
+class SingleProcessItems:
+    """One pass of `inner` (an IterableDataset without automatic batching: each item of it
+    is a batch), in this process."""
+
+    def __init__(self, inner: DataLoader) -> None:
+        torch.empty((), dtype=torch.int64).random_(generator=inner.generator)  # as SingleProcessBatches
+        self._items = iter(inner.dataset)  # after the draw, as torch's iterator
+        self._collate = inner.collate_fn
+
+    def __iter__(self) -> SingleProcessItems:
+        return self
+
+    def __next__(self) -> Any:
+        if _profiler_enabled():
+            with record_function(_SCOPE):
+                return self._collate(next(self._items))
+        return self._collate(next(self._items))

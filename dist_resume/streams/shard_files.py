@@ -35,16 +35,18 @@ def opened(url: str, storage_options: dict[str, Any], files: ShardFiles | None =
     """The shard at `url` open for binary reading (taken from `files` when they opened it
     ahead); any storage failure, while opening or while the body reads it, is one
     StorageError naming the shard and the cause."""
-    location = resolve(url, storage_options)
+    # `files` resolve the URL to open it: resolved here again (~100 us) only to name a failure.
+    location = resolve(url, storage_options) if files is None else None
     try:
-        with retry(location.fs.open, location.root, "rb") if files is None else files.open(url) as file:
+        with retry(location.fs.open, location.root, "rb") if location is not None else files.open(url) as file:
             yield file
     except (StorageError, ShardCountError):
         raise
     except Exception as exc:
         if isinstance(exc, OSError) or hasattr(exc, "response"):  # botocore's ClientError has a response
+            location = location or resolve(url, storage_options)
             raise location.error("read shard", location.root, exc) from None
-        exc.add_note(f"while reading shard {location.url}")
+        exc.add_note(f"while reading shard {redact_url(url)}")
         raise
 
 

@@ -69,7 +69,8 @@ class ShardedStream(IterableDataset):
       `sample_generator()` work inside it: an item's augmentation is the same at every world
       size and `num_workers`, and after any resume. The reader reads each block of `window`
       items of a shard with them seeded from `(seed, epoch, shard, block)`, so whatever it
-      draws is the same whoever reads the shard; put augmentation in `transform`.
+      draws is the same whoever reads the shard (unless the reader's `draws_randomness` is
+      False, as the ready-made readers': nothing to seed); put augmentation in `transform`.
     - State: per rank a few integers (the canonical stream count, `G`, the epoch position
       of its next batch, digests of the shards' counts and of the reader), whatever the
       number of shards (G5). A state for other shards, `canonical_streams`, reader or
@@ -190,7 +191,9 @@ class ShardedStream(IterableDataset):
         `transform`; with `seeding`, under its seed `(seeding.seed, epoch, position)`."""
         lengths = self.lengths()
         seed = derive_seed(self.seed, epoch) if self.shuffle else None
-        blocks = None if seeding is None else seeding.derived(_READER_SEEDS, epoch)
+        # A reader that draws nothing is read unseeded: seeding would cost ~30 us a batch, for nothing.
+        draws = getattr(self.reader, "draws_randomness", True)
+        blocks = None if seeding is None or not draws else seeding.derived(_READER_SEEDS, epoch)
         items = ShardItems(self.reader, self.storage_options, self.window, seed, blocks)
         spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
         transform = None if self.transform is None else ItemTransform(self.transform, seeding, epoch, stream,

@@ -116,14 +116,16 @@ class StepReader:
         with the epoch position after the batch's step."""
         settings = self._settings
         layout = step_layout(self._stream, settings)
-        owner, role, roles = layout.owner, self._role, self._roles
-        for step in range(layout.num_batches(settings.rank)):
-            batch = layout.batch(settings.rank, step)
-            mine = [piece for piece in batch if owner(piece.stream, roles) == role]
-            pieces = tuple((piece.offset, self._reader(piece.stream).take(piece.start, piece.count)) for piece in mine)
-            if self._seeding is not None:  # in process, the training loop's generators are its own
-                self._seeding.restore()
-            items = sum(piece.count for piece in mine)
+        owner, role, roles, rank, seeding = layout.owner, self._role, self._roles, settings.rank, self._seeding
+        for step in range(layout.num_batches(rank)):
+            batch = layout.batch(rank, step)
+            # A sole role (num_workers <= 1) reads every piece: no owner to ask.
+            mine = batch if roles == 1 else [piece for piece in batch if owner(piece.stream, roles) == role]
+            pieces = tuple([(piece.offset, self._reader(piece.stream).take(piece.start, piece.count))
+                            for piece in mine])
+            if seeding is not None:  # in process, the training loop's generators are its own
+                seeding.restore()
+            items = sum([piece.count for piece in mine])
             if mine and len(mine) == len(batch):
                 values = pieces[0][1] if len(pieces) == 1 else [item for _, values in pieces for item in values]
                 part = Part((), self._collate(values))
@@ -148,6 +150,8 @@ class StepReader:
 
 def joined(parts: Sequence[Tagged], collate: Callable[[list[Any]], Any]) -> tuple[Any, int, int]:
     """The batch the parts of one step make, its size and the epoch position after it."""
+    if len(parts) == 1 and parts[0].batch.collated is not None:  # one role read it all: num_workers <= 1
+        return parts[0].batch.collated, parts[0].items, parts[0].payload
     steps = {tagged.payload for tagged in parts}
     if len(steps) != 1:  # torch hands out the workers' parts in turn: never expected
         raise RuntimeError(f"ShardedStream: the workers' parts of one batch end at positions {sorted(steps)}")

@@ -37,6 +37,8 @@ class JsonlReader(ConfiguredDigest):
     Lines of only whitespace (a trailing newline, a blank line) hold no item. A line that is
     not valid JSON in `encoding` is a `ValueError` naming the file and the line number."""
 
+    draws_randomness = False  # ShardedStream reads it without seeding the global generators
+
     encoding: str = "utf-8"
 
     def __call__(self, file: BinaryIO) -> Iterator[Any]:

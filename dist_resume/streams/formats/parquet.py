@@ -28,6 +28,8 @@ class ParquetReader(ConfiguredDigest):
     `pyarrow.RecordBatch` per non-empty row group instead. A column the shard lacks is a
     `ValueError` naming the file and the columns it has."""
 
+    draws_randomness = False  # ShardedStream reads it without seeding the global generators
+
     columns: Sequence[str] | None = None
     batches: bool = False
 

@@ -62,6 +62,8 @@ class WebDatasetReader(ConfiguredDigest):
     are passed over; a file not named ``key.ext``, a repeated extension within a sample, or
     a key that comes back after other samples is a `ValueError` naming the file."""
 
+    draws_randomness = False  # ShardedStream reads it without seeding the global generators
+
     def __call__(self, file: BinaryIO) -> Iterator[dict[str, Any]]:
         keys = SampleKeys(file_name(file))
         sample: dict[str, Any] = {}
