@@ -47,7 +47,7 @@ def _check_tensor(fqn: str, entry: TensorStorageMetadata, metadata: Metadata, wh
     if not isinstance(dtype, torch.dtype):
         raise CheckpointCorruptError(f"{where} is damaged: tensor '{fqn}' has no dtype")
     size = _ints(entry.size, f"the size of tensor '{fqn}'", where)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     stored = 0
     for chunk in entry.chunks:
         offsets = _ints(chunk.offsets, f"a chunk offset of '{fqn}'", where)
