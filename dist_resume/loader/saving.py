@@ -127,7 +127,7 @@ class LoaderState:
 def _steps_sat_out(saved: SavedStates, rank: int) -> int:
     """Global steps at the end of its finished epoch that `rank` has no batch of (even_batches=False)."""
     state = saved.ranks[rank]
-    if not state.epoch_finished or Sampling(state.sampling) is not Sampling.EPOCH_ORDER:
+    if not state.epoch_finished or state.sampling != Sampling.EPOCH_ORDER:
         return 0
     layout = resume_rank(saved, state.world_size, state.batch_size, rank).layout
     return layout.num_batches(0) - layout.num_batches(rank)

@@ -123,14 +123,13 @@ class RankState:
                 f"loader state entry {key!r} has {len(numbers)} fields, version {FORMAT_VERSION} has {len(FIELDS)}"
             )
         state = cls(*numbers)  # fields appended since the state was saved take their defaults
-        try:
-            Sampling(state.sampling)
-        except ValueError:
-            raise ResumeStateError(f"loader state entry {key!r} has unknown sampling kind {state.sampling}") from None
+        if state.sampling not in _SAMPLING_KINDS:
+            raise ResumeStateError(f"loader state entry {key!r} has unknown sampling kind {state.sampling}")
         return state
 
 
 FIELDS = tuple(field.name for field in fields(RankState))
+_SAMPLING_KINDS = frozenset(Sampling)  # a set test: Sampling(value) per saved rank costs a lookup through enum
 
 
 def plan_digest(plan_values: list[int]) -> int:
