@@ -1,7 +1,9 @@
 """A stand-in for the data loader that follows its checkpoint contract (dist_resume.state):
-a replicated guard and plan, one ``rank_<r>`` entry per rank (holding a nested plain-data
-value too), and a ``load_state_dict`` that receives every saved rank's entries and
-re-partitions the remaining positions over the current world size."""
+a replicated guard and plan, one ``rank_<r>`` entry per rank of fields the library declares
+(`dist_resume.checkpoint.entry_fields`): its remaining positions as the shared ``progress``
+and a nested plain-data value as its own ``sampler``; and a ``load_state_dict`` that
+receives every saved rank's shared fields and re-partitions the remaining positions over
+the current world size."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class StandInLoader:
             ELASTIC_GUARD_KEY: torch.zeros(self.world_size, len(plan), dtype=torch.int64),
             "plan": plan,
             f"rank_{self.rank}": {
-                "remaining": torch.tensor(self.remaining, dtype=torch.int64),
+                "progress": torch.tensor(self.remaining, dtype=torch.int64),
                 "sampler": {"name": "stand-in", "consumed": len(self.consumed)},
             },
         }
@@ -47,6 +49,7 @@ class StandInLoader:
             )
         ranks = [key for key in state if key.startswith("rank_")]
         assert len(ranks) == state[ELASTIC_GUARD_KEY].shape[0], "every saved rank must be loaded"
-        assert all(state[key]["sampler"]["name"] == "stand-in" for key in ranks)
-        remaining = sorted(int(p) for key in ranks for p in state[key]["remaining"])
+        own = state.get(f"rank_{self.rank}")
+        assert own is None or own["sampler"]["name"] == "stand-in"
+        remaining = sorted(int(p) for key in ranks for p in state[key]["progress"])
         self.remaining = remaining[self.rank :: self.world_size]

@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from dist_resume.arguments import checked_int, checked_url
 from dist_resume.checkpoint.async_saves import wait_for_previous_save
 from dist_resume.checkpoint.bounded_reader import BoundedReader
+from dist_resume.checkpoint.collector import collector_paused
 from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
@@ -155,20 +156,22 @@ def load_checkpoint(
     store = open_store(loc)
     with peers_answer(f"cannot load {'a checkpoint' if step is None else f'step {step}'} at {loc.url}", process_group):
         require_agreement(loc, process_group, "load", step=step)
-        chosen = on_rank0(process_group, lambda: _choose(store, step))
-        if chosen is None:
-            return None
-        step, directory, metadata = chosen
-        targets, elastic = _load_targets(state, metadata)
-        _read(store, step, directory, metadata, targets, process_group=process_group)
-    for key, tabled in elastic.items():
-        if tabled:
-            targets[key] = entries_from_table(targets[key])
-    for key, value in state.items():
-        if key in elastic and isinstance(value, Stateful):
-            value.load_state_dict(targets[key])
-        elif not isinstance(value, Stateful):
-            state[key] = targets[key]
+        with collector_paused():
+            chosen = on_rank0(process_group, lambda: _choose(store, step))
+            if chosen is None:
+                return None
+            step, directory, metadata = chosen
+            targets, elastic = _load_targets(state, metadata)
+            _read(store, step, directory, metadata, targets, process_group=process_group)
+    with collector_paused():
+        for key, tabled in elastic.items():
+            if tabled:
+                targets[key] = entries_from_table(targets[key])
+        for key, value in state.items():
+            if key in elastic and isinstance(value, Stateful):
+                value.load_state_dict(targets[key])
+            elif not isinstance(value, Stateful):
+                state[key] = targets[key]
     return step
 
 
@@ -187,6 +190,12 @@ def read_loader_states(
     step = None if step is None else checked_int("step", step, 0)
     loc = resolve(checked_url(url), storage_options)
     store = open_store(loc)
+    with collector_paused():
+        return _loader_states(store, step, key)
+
+
+def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[int, dict[str, Any]]:
+    loc = store.loc
     chosen = _choose(store, step)
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")

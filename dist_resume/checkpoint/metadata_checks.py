@@ -34,20 +34,25 @@ def _ints(value: Any, what: str, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _storage_info(metadata: Metadata, index: MetadataIndex, where: str) -> _StorageInfo:
-    info = metadata.storage_data.get(index)
+# What `Metadata.storage_data` maps each MetadataIndex to, by the (fqn, offset) that a
+# MetadataIndex compares and hashes by: looked up without making a MetadataIndex per chunk.
+_Stored = dict[tuple[Any, Any], _StorageInfo]
+
+
+def _storage_info(stored: _Stored, fqn: str, offsets: tuple[int, ...] | None, where: str) -> _StorageInfo:
+    info = stored.get((fqn, offsets))
     if info is None:
-        raise CheckpointCorruptError(f"{where} is damaged: no stored data for '{index.fqn}'")
+        raise CheckpointCorruptError(f"{where} is damaged: no stored data for '{fqn}'")
     return info
 
 
-def _check_tensor(fqn: str, entry: TensorStorageMetadata, metadata: Metadata, where: str) -> None:
+def _check_tensor(fqn: str, entry: TensorStorageMetadata, data: _Stored, where: str) -> None:
     """A tensor's declared size is no larger than the data stored for its chunks."""
     dtype = getattr(entry.properties, "dtype", None)
     if not isinstance(dtype, torch.dtype):
         raise CheckpointCorruptError(f"{where} is damaged: tensor '{fqn}' has no dtype")
     size = _ints(entry.size, f"the size of tensor '{fqn}'", where)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     stored = 0
     for chunk in entry.chunks:
         offsets = _ints(chunk.offsets, f"a chunk offset of '{fqn}'", where)
@@ -56,7 +61,7 @@ def _check_tensor(fqn: str, entry: TensorStorageMetadata, metadata: Metadata, wh
                 any(o + n > whole for o, n, whole in zip(offsets, sizes, size)):
             raise CheckpointCorruptError(f"{where} is damaged: a chunk of tensor '{fqn}' lies outside its size")
         elements = math.prod(sizes)
-        info = _storage_info(metadata, MetadataIndex(fqn, offsets), where)
+        info = _storage_info(data, fqn, offsets, where)
         if elements * itemsize > info.length:
             raise CheckpointCorruptError(
                 f"{where} is damaged: tensor '{fqn}' declares {elements * itemsize} bytes "
@@ -85,7 +90,10 @@ def check_metadata(metadata: Metadata, sizes: dict[str, int], where: str) -> Non
             not isinstance(metadata.planner_data, dict):
         raise CheckpointCorruptError(f"{where} is damaged: its metadata lacks a table")
     ranges: dict[str, list[tuple[int, int]]] = {}
-    for info in metadata.storage_data.values():
+    stored: _Stored = {}
+    for index, info in metadata.storage_data.items():
+        if isinstance(index, MetadataIndex):
+            stored[index.fqn, index.offset] = info
         if not isinstance(info, _StorageInfo) or info.relative_path not in sizes:
             raise CheckpointCorruptError(f"{where} is damaged: its metadata names an unknown file")
         if info.transform_descriptors:
@@ -104,9 +112,9 @@ def check_metadata(metadata: Metadata, sizes: dict[str, int], where: str) -> Non
             raise CheckpointCorruptError(f"{where} is damaged: stored ranges of shard {name} overlap")
     for fqn, entry in entries.items():
         if isinstance(entry, TensorStorageMetadata):
-            _check_tensor(fqn, entry, metadata, where)
+            _check_tensor(fqn, entry, stored, where)
         elif isinstance(entry, BytesStorageMetadata):
-            _storage_info(metadata, MetadataIndex(fqn), where)
+            _storage_info(stored, fqn, None, where)
         else:
             raise CheckpointCorruptError(f"{where} is damaged: entry '{fqn}' is a {type(entry).__name__}")
         _check_path(fqn, metadata.planner_data.get(fqn), len(entries), where)

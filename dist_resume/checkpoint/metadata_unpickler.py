@@ -12,6 +12,7 @@ from typing import Any
 
 from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
 
+from dist_resume.checkpoint.collector import collector_paused
 from dist_resume.checkpoint.torch_names import dtype_named
 from dist_resume.errors import UnsafeCheckpointError
 
@@ -60,7 +61,8 @@ def _enum_member(cls: Any, name: str) -> Any:
 def unpickle_metadata(data: bytes, where: str) -> Metadata:
     """Unpickle DCP ``.metadata`` bytes, admitting only DCP's metadata types and plain data."""
     try:
-        metadata = _MetadataUnpickler(io.BytesIO(data)).load()
+        with collector_paused():
+            metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     except UnsafeCheckpointError as exc:
         raise UnsafeCheckpointError(
             f"refused to load {where}: {exc}; only DCP metadata types and plain data are"

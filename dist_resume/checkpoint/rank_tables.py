@@ -16,28 +16,24 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from dist_resume.checkpoint.collectives import checkpoint_group, distributed
+from dist_resume.checkpoint.entry_fields import SHARED_FIELDS, check_entry_fields
 from dist_resume.checkpoint.nested import set_path
-from dist_resume.state.delivered import DELIVERED_KEY
-from dist_resume.state.fields import ELASTIC_GUARD_KEY, PROGRESS_KEY, RANK_PREFIX, rank_key
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX, rank_key
 from dist_resume.state.rank_table import RANK_TABLE_KEY, decode_column, encode_column
-from dist_resume.state.skips import SKIPS_KEY
-from dist_resume.streams.cursor import STREAM_KEY
-from dist_resume.streams.stream_state import CANONICAL, META
-from dist_resume.streams.unordered_records import RUNS_KEY, UNORDERED
 
-# What a loader reads of every saved rank's entry (the rest of an entry only its own rank reads).
-# New fields go at the end: a saved table names each column by its field's path.
-SHARED_FIELDS: tuple[tuple[str, ...], ...] = (
-    (PROGRESS_KEY,), (DELIVERED_KEY,), (SKIPS_KEY,), (STREAM_KEY, META), (STREAM_KEY, CANONICAL),
-    (STREAM_KEY, UNORDERED), (STREAM_KEY, RUNS_KEY))
-
-
-def with_rank_tables(state: Mapping[str, Any], group: dist.ProcessGroup | None) -> dict[str, Any]:
-    """``state`` as DCP saves it: each Stateful's state dict (taken here once, as DCP would),
-    and on rank 0 each data loader's rank table, gathered from every rank of ``group``.
-    Collective: every rank calls it with its loaders under the same keys (as the save's
-    agreement on skipped ranges checks)."""
+def taken_states(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with each Stateful's state dict taken (once, as DCP would), its data loaders'
+    entries checked to hold declared fields only (`check_entry_fields`)."""
     saved = {key: value.state_dict() if isinstance(value, Stateful) else value for key, value in state.items()}
+    check_entry_fields(saved)
+    return saved
+
+
+def with_rank_tables(saved: Mapping[str, Any], group: dist.ProcessGroup | None) -> dict[str, Any]:
+    """``saved`` (`taken_states`) as DCP saves it: on rank 0 with each data loader's rank
+    table, gathered from every rank of ``group``. Collective: every rank calls it with its
+    loaders under the same keys (as the save's agreement on skipped ranges checks)."""
+    saved = dict(saved)
     for key in sorted(key for key, value in saved.items() if isinstance(value, Mapping) and ELASTIC_GUARD_KEY in value):
         parts = _gathered(_rows(saved[key]), group)
         if parts is not None:
@@ -54,7 +50,7 @@ def _rows(loader_state: Mapping[str, Any]) -> torch.Tensor:
             continue
         for index, path in enumerate(SHARED_FIELDS):
             value = _at(entry, path)
-            if isinstance(value, torch.Tensor) and value.dtype == torch.int64 and value.dim() == 1:
+            if value is not None:  # a 1-D int64 tensor, as check_entry_fields made sure
                 records += [torch.tensor([int(number), index, len(value)], dtype=torch.int64), value.detach().cpu()]
     return torch.cat(records) if records else torch.zeros(0, dtype=torch.int64)
 

@@ -19,7 +19,7 @@ from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distr
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
-from dist_resume.checkpoint.rank_tables import with_rank_tables
+from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 from dist_resume.storage.dcp_files import CheckpointWriter
@@ -86,6 +86,7 @@ def save_checkpoint(
         # rank that creates it while its peer does not waits forever
         require_agreement(loc, process_group, "save", skipped=loader_skips(state), step=step, keep=keep,
                           async_save=async_save)
+        state = taken_states(state)
         group = checkpoint_group(process_group) if async_save else process_group
         attempt = on_rank0(group, lambda: _begin(store, step))
         state = with_rank_tables(state, group)

@@ -19,8 +19,6 @@ import torch
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.workers.roles import Tagged, state_now
 
-DATASET_KEY = "dataset"
-
 
 class TaggingCollate:
     """collate_fn of a stateful dataset's requests: collates the samples a worker tagged."""

@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from dist_resume.arguments import checked_flag
-from dist_resume.loader.dataset_states import DATASET_KEY
 from dist_resume.loader.progress import Progress
 from dist_resume.positions.dataset_order import definition_digest, resume_definition, save_definition
 from dist_resume.positions.remap import resume_rank
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
 from dist_resume.state.delivered import DELIVERED_KEY, Delivered
-from dist_resume.state.fields import FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
+from dist_resume.state.fields import DATASET_KEY, FORMAT_VERSION, RankState, Sampling, encode, plan_digest, rank_key
 from dist_resume.state.saved import SavedStates, decode
 from dist_resume.streams.cursor import STREAM_KEY
 
@@ -128,7 +127,7 @@ class LoaderState:
 def _steps_sat_out(saved: SavedStates, rank: int) -> int:
     """Global steps at the end of its finished epoch that `rank` has no batch of (even_batches=False)."""
     state = saved.ranks[rank]
-    if not state.epoch_finished or Sampling(state.sampling) is not Sampling.EPOCH_ORDER:
+    if not state.epoch_finished or state.sampling != Sampling.EPOCH_ORDER:
         return 0
     layout = resume_rank(saved, state.world_size, state.batch_size, rank).layout
     return layout.num_batches(0) - layout.num_batches(rank)

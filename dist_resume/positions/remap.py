@@ -163,7 +163,7 @@ class _Resumer:
 
 
 def _check_progress(state, layout: Layout) -> None:
-    if Sampling(state.sampling) is not Sampling.EPOCH_ORDER:
+    if state.sampling != Sampling.EPOCH_ORDER:
         return
     available = layout.num_batches(state.rank)
     if state.batches_consumed > available:

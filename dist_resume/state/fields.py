@@ -6,7 +6,8 @@ Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
      "plan": int64[K],                              # replicated: the elastic plan, [] if none
      "dataset_definition": int64[D],                # replicated, for a Mixture only (dataset_order)
      "rank_r": {"progress": int64[len(FIELDS)],     # this rank's own entry
-                "sampler": ...}}                    # a stateful user sampler's state, if any
+                "sampler": ...,                     # a stateful user sampler's state, if any
+                ...}}                               # more fields: dist_resume.checkpoint.entry_fields
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ELASTIC_GUARD_KEY = "elastic_guard__load_with_dist_resume_load_checkpoint"
 PLAN_KEY = "plan"
 PROGRESS_KEY = "progress"
 SAMPLER_KEY = "sampler"
+DATASET_KEY = "dataset"  # a stateful map-style dataset's states, per worker role
 FORMAT_VERSION = 1
 # Far above any job; keeps every O(world size) step of a resume (and of the CLI) bounded.
 MAX_WORLD_SIZE = 2**20
@@ -121,14 +123,13 @@ class RankState:
                 f"loader state entry {key!r} has {len(numbers)} fields, version {FORMAT_VERSION} has {len(FIELDS)}"
             )
         state = cls(*numbers)  # fields appended since the state was saved take their defaults
-        try:
-            Sampling(state.sampling)
-        except ValueError:
-            raise ResumeStateError(f"loader state entry {key!r} has unknown sampling kind {state.sampling}") from None
+        if state.sampling not in _SAMPLING_KINDS:
+            raise ResumeStateError(f"loader state entry {key!r} has unknown sampling kind {state.sampling}")
         return state
 
 
 FIELDS = tuple(field.name for field in fields(RankState))
+_SAMPLING_KINDS = frozenset(Sampling)  # a set test: Sampling(value) per saved rank costs a lookup through enum
 
 
 def plan_digest(plan_values: list[int]) -> int:

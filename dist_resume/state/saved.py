@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -85,7 +86,7 @@ class SavedStates:
         places: dict[tuple[int, ...], list[int]] = {}
         reach = []  # per rank of the epoch order: the steps it may stand at
         for rank, state in sorted(self.ranks.items()):
-            if Sampling(state.sampling) is Sampling.EPOCH_ORDER:
+            if state.sampling == Sampling.EPOCH_ORDER:
                 places.setdefault((state.global_step,), []).append(rank)
                 reach.append((state.global_step, state.global_step + sat_out(rank)))
             elif state.batches_consumed:
@@ -158,6 +159,7 @@ _SHARED_FIELDS = (
     "batch_size",
     "global_batch",
 )
+_shared = attrgetter(*_SHARED_FIELDS)
 
 
 def decode(state_dict: Mapping[str, Any]) -> SavedStates:
@@ -193,14 +195,15 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
     plan_values = plan.tolist()
     first_rank = min(ranks)
     first = ranks[first_rank]
+    agreed = _shared(first)
     for rank in sorted(ranks):
         state = ranks[rank]
-        for name in _SHARED_FIELDS:
-            if getattr(state, name) != getattr(first, name):
-                raise ResumeStateError(
-                    f"loader state entries disagree: rank {rank} has {name}={getattr(state, name)}, "
-                    f"rank {first_rank} has {name}={getattr(first, name)}"
-                )
+        if _shared(state) != agreed:
+            name = next(name for name in _SHARED_FIELDS if getattr(state, name) != getattr(first, name))
+            raise ResumeStateError(
+                f"loader state entries disagree: rank {rank} has {name}={getattr(state, name)}, "
+                f"rank {first_rank} has {name}={getattr(first, name)}"
+            )
         _check_counts(state)
     # The plan is fixed for the life of a job (set when it loads), so every rank of one
     # save recorded the same digest, whatever epoch it has reached.

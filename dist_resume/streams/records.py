@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from dist_resume.streams.readers import Snapshot, SnapshotReader, SnapshotResume, dataset_snapshot
-from dist_resume.streams.stream_state import SNAPSHOT_KIND, role_items
+from dist_resume.streams.stream_state import ITEMS, OF_ITERATOR, SNAPSHOT_KIND, role_items, snapshot_key
 from dist_resume.workers.roles import Tagged, is_stateful
 
 
@@ -90,24 +90,24 @@ class SnapshotRecords:
         return 0
 
     def state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"items": torch.tensor([items for _, items in self._records], dtype=torch.int64)}
+        state: dict[str, Any] = {ITEMS: torch.tensor([items for _, items in self._records], dtype=torch.int64)}
         of_iterator = []
         for role, (snapshot, items) in enumerate(self._records):
             if snapshot is None and not items and self._in_process:
                 snapshot = self._current()
             of_iterator.append(int(snapshot is not None and snapshot.of_iterator))
             if snapshot is not None:
-                state[f"snapshot_{role}"] = snapshot.state
-        state["of_iterator"] = torch.tensor(of_iterator, dtype=torch.int64)
+                state[snapshot_key(role)] = snapshot.state
+        state[OF_ITERATOR] = torch.tensor(of_iterator, dtype=torch.int64)
         return state
 
     def accept(self, entries: dict[str, Mapping[str, Any]]) -> Callable[[], None]:
         """Check the one saved entry; return what continues from it."""
         ((where, own),) = entries.items()
         items = role_items(own, where, self._roles)
-        of_iterator = own["of_iterator"].tolist() if "of_iterator" in own else [0] * len(items)
+        of_iterator = own[OF_ITERATOR].tolist() if OF_ITERATOR in own else [0] * len(items)
         records = [
-            (Snapshot(bool(of_iterator[role]), own[f"snapshot_{role}"]) if f"snapshot_{role}" in own else None, count)
+            (Snapshot(bool(of_iterator[role]), own[snapshot_key(role)]) if snapshot_key(role) in own else None, count)
             for role, count in enumerate(items)
         ]
 

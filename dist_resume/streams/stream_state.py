@@ -22,6 +22,9 @@ from dist_resume.state.fields import MAX_WORLD_SIZE, ResumeStateError
 
 META = "meta"
 CANONICAL = "canonical"
+ITEMS = "items"
+OF_ITERATOR = "of_iterator"
+SNAPSHOT_PREFIX = "snapshot_"
 # 1 was the per-shard ShardedStream state of earlier versions, which nothing resumes now.
 SNAPSHOT_KIND, PER_SHARD_KIND, CANONICAL_KIND, UNORDERED_KIND = 0, 1, 2, 3
 KIND_WORDS = {SNAPSHOT_KIND: "an IterableDataset", PER_SHARD_KIND: "a ShardedStream of the per-shard format",
@@ -88,10 +91,15 @@ def read_position(entry: Mapping[str, Any], where: str) -> CanonicalPosition:
     return position
 
 
+def snapshot_key(role: int) -> str:
+    """The field of a stream entry that holds worker role ``role``'s dataset snapshot."""
+    return f"{SNAPSHOT_PREFIX}{role}"
+
+
 def role_items(entry: Mapping[str, Any], where: str, roles: int) -> list[int]:
     """``items`` (>= 0) each of ``roles`` worker roles yielded since its snapshot."""
-    items = int_list(entry, "items", where, roles)
+    items = int_list(entry, ITEMS, where, roles)
     for role, count in enumerate(items):
         if count < 0:
-            raise ResumeStateError(f"{where} field 'items' is {count} for role {role}")
+            raise ResumeStateError(f"{where} field {ITEMS!r} is {count} for role {role}")
     return items
