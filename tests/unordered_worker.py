@@ -85,40 +85,49 @@ def _stream_loader(args: dict[str, Any], slow: set[int], gate: Any, num_workers:
     return ResumableDataLoader(stream, batch_size=3, num_workers=num_workers, in_order=False, even_batches=False)
 
 
-def stream_train_and_stop(args: dict[str, Any]) -> None:
-    """A ShardedStream: each rank's worker role 0 starts with an item held by a gate opened
-    only after the save, so the checkpoint holds role 1's batches alone. Then train on and
-    stop (the state taken at the save is what a kill leaves)."""
+def _train_and_stop(args: dict[str, Any], loader: Any, gate: Any) -> None:
+    """Train ``args["save_step"]`` steps in lockstep, save, open the gate, train one step more
+    and stop (the state taken at the save is what a kill leaves)."""
     import torch
     import torch.distributed as dist
 
     from dist_resume import save_checkpoint
 
-    rank = _setup()
-    gate = multiprocessing.Event()
-    first = rank * len(args["shards"]) // 2 * 1000  # the first item of this rank's role 0
-    loader = _stream_loader(args, {first}, gate, num_workers=2)
     consumed: list[list[int]] = []
     iterator = iter(loader)
-    for step in range(1, args["save_step"] + 1):
+    for _ in range(args["save_step"]):
         batch = next(iterator)
         dist.all_reduce(torch.ones(1))  # a training step, in lockstep
         consumed.append(batch.tolist())
     save_checkpoint({"loader": loader}, args["url"], args["save_step"])
-    (Path(args["out"]) / f"consumed-before-{rank}.json").write_text(json.dumps(consumed))
+    (Path(args["out"]) / f"consumed-before-{dist.get_rank()}.json").write_text(json.dumps(consumed))
     gate.set()
     next(iterator)  # trained after the save: not in the checkpoint
     del iterator
 
 
-def stream_resume(args: dict[str, Any]) -> None:
+def _resume_and_finish(args: dict[str, Any], loader: Any) -> None:
+    import torch.distributed as dist
+
     from dist_resume import load_checkpoint
 
-    rank = _setup()
-    loader = _stream_loader(args, set(), None, num_workers=1)
     assert load_checkpoint({"loader": loader}, args["url"]) == args["save_step"]
     consumed = [batch.tolist() for batch in loader]
-    (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
+    (Path(args["out"]) / f"consumed-after-{dist.get_rank()}.json").write_text(json.dumps(consumed))
+
+
+def stream_train_and_stop(args: dict[str, Any]) -> None:
+    """A ShardedStream: each rank's worker role 0 starts with an item held by a gate opened
+    only after the save, so the checkpoint holds role 1's batches alone."""
+    rank = _setup()
+    gate = multiprocessing.Event()
+    first = rank * len(args["shards"]) // 2 * 1000  # the first item of this rank's role 0
+    _train_and_stop(args, _stream_loader(args, {first}, gate, num_workers=2), gate)
+
+
+def stream_resume(args: dict[str, Any]) -> None:
+    _setup()
+    _resume_and_finish(args, _stream_loader(args, set(), None, num_workers=1))
 
 
 def _mixture_loader(args: dict[str, Any], slow: set[int], gate: Any, num_workers: int) -> Any:
@@ -136,37 +145,15 @@ def _mixture_loader(args: dict[str, Any], slow: set[int], gate: Any, num_workers
 
 def mixture_train_and_stop(args: dict[str, Any]) -> None:
     """A Mixture of two ShardedStreams: rank 0's worker role 0 starts with an item held by a
-    gate opened only after the save, so the checkpoint holds role 1's batches alone on rank
-    0. Then train on and stop (the state taken at the save is what a kill leaves)."""
-    import torch
-    import torch.distributed as dist
-
-    from dist_resume import save_checkpoint
-
+    gate opened only after the save, so the checkpoint holds role 1's batches alone on rank 0."""
     rank = _setup()
     gate = multiprocessing.Event()
-    loader = _mixture_loader(args, {args["straggler"]} if rank == 0 else set(), gate, num_workers=2)
-    consumed: list[list[int]] = []
-    iterator = iter(loader)
-    for _ in range(args["save_step"]):
-        batch = next(iterator)
-        dist.all_reduce(torch.ones(1))  # a training step, in lockstep
-        consumed.append(batch.tolist())
-    save_checkpoint({"loader": loader}, args["url"], args["save_step"])
-    (Path(args["out"]) / f"consumed-before-{rank}.json").write_text(json.dumps(consumed))
-    gate.set()
-    next(iterator)  # trained after the save: not in the checkpoint
-    del iterator
+    _train_and_stop(args, _mixture_loader(args, {args["straggler"]} if rank == 0 else set(), gate, num_workers=2), gate)
 
 
 def mixture_resume(args: dict[str, Any]) -> None:
-    from dist_resume import load_checkpoint
-
-    rank = _setup()
-    loader = _mixture_loader(args, set(), None, num_workers=1)
-    assert load_checkpoint({"loader": loader}, args["url"]) == args["save_step"]
-    consumed = [batch.tolist() for batch in loader]
-    (Path(args["out"]) / f"consumed-after-{rank}.json").write_text(json.dumps(consumed))
+    _setup()
+    _resume_and_finish(args, _mixture_loader(args, set(), None, num_workers=1))
 
 
 SCENARIOS = {f.__name__: f for f in (train_and_wait, resume, stream_train_and_stop, stream_resume,
