@@ -13,6 +13,7 @@ save, if any). RESUME: a checkpoint directory to resume from.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -99,6 +100,10 @@ def main(out_dir: str, batch_size: str, max_steps: str, save_steps: str, kill_at
                             None if kill_at == "-" else int(kill_at), PlainTrainer if plain else ExactTrainer,
                             ignore_data_skip=plain)
     trainer.train(resume_from_checkpoint=None if resume == "-" else resume)
+    # shut_down_distributed needs nothing else to hold the group: the Trainer keeps the DDP
+    # model, whose reducer holds the group's work (a 3-process run once hung at exit with it).
+    del trainer
+    gc.collect()
     shut_down_distributed()
 
 
