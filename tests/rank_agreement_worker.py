@@ -1,6 +1,6 @@
 """One rank of a job whose ranks name different checkpoint locations (issue 11 point 3),
-pass different arguments to one save or load (issue 24 point 1), or save where another job
-holds the writer lease (issue 23 point 3).
+pass different arguments to one save or load (issue 24 point 1), save where another job
+holds the writer lease (issue 23 point 3), or hold a loader field that one rank refuses.
 
 Run by ``tests.checkpoint_worker.run(..., script=__file__)``; each rank writes the error it
 got (or "none") to ``out/<scenario>-error-<rank>.txt``.
@@ -165,7 +165,44 @@ def leased_elsewhere(args: dict[str, Any]) -> None:
     shut_down_distributed()
 
 
+class _UndeclaredOnRank1:
+    """A data loader whose state, on rank 1 only, holds a field no declaration names (what a
+    dist_resume bug would save): refused on that rank before anything is written."""
+
+    def __init__(self, loader: Any, rank: int) -> None:
+        self._loader = loader
+        self._rank = rank
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        state = self._loader.state_dict()
+        if self._rank == 1:
+            state["rank_1"]["undeclared"] = torch.zeros(1, dtype=torch.int64)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._loader.load_state_dict(state)
+
+
+def undeclared_field(args: dict[str, Any]) -> None:
+    """Rank 1's loader state holds an undeclared field. Rank 0 used to go on into the save's
+    next collective and wait for the group timeout (60 s here, beyond the launcher's 40 s);
+    now both ranks get rank 1's refusal from the agreement, and nothing is written."""
+    import torch.distributed as dist
+
+    from dist_resume import ResumableDataLoader, save_checkpoint, shut_down_distributed
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    loader = ResumableDataLoader(range(8), batch_size=2, seed=0, rank=rank, world_size=2)
+    state = {"loader": _UndeclaredOnRank1(loader, rank)}
+    _record(args, "undeclared", lambda: save_checkpoint(state, args["url"], 5))
+    shut_down_distributed()
+
+
 if __name__ == "__main__":
     {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
      "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone,
-     "leased_elsewhere": leased_elsewhere}[sys.argv[1]](json.loads(sys.argv[2]))
+     "leased_elsewhere": leased_elsewhere, "undeclared_field": undeclared_field}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -105,3 +105,21 @@ def test_a_save_whose_peer_is_gone_fails_within_the_group_timeout(tmp_path: Path
     assert error.startswith(f"CheckpointError: cannot save step 5 at {url}: a peer rank is gone or did not take "
                             "part within the process group's timeout (10 s) ("), error
     assert not url.exists() or list_checkpoints(str(url)) == []
+
+
+@pytest.mark.slow
+def test_a_loader_field_refused_on_one_rank_fails_every_rank_in_the_agreement(tmp_path: Path) -> None:
+    """Rank 1's loader state holds an undeclared field. The refusal used to come after the
+    ranks' agreement, on rank 1 alone, and rank 0 waited in the next collective for the
+    group timeout (60 s; the launcher's 40 s ends the test then). Now the refusal is part of
+    the agreement: both ranks raise it at once, and nothing is written."""
+    url, out = tmp_path / "run", tmp_path / "out"
+    run("undeclared_field", 2, {"out": str(out), "url": str(url)}, free_port(),
+        script=rank_agreement_worker.__file__, timeout=40)
+    errors = {(out / f"undeclared-error-{rank}.txt").read_text() for rank in (0, 1)}
+    assert errors == {
+        "CheckpointError: cannot save step 5: rank 1: data loader field 'loader.rank_1.undeclared' "
+        "is declared neither shared by every rank's load nor read by its own rank only "
+        "(dist_resume.checkpoint.entry_fields), so a load at another world size would lose it; this is a "
+        "dist_resume bug, please report it"}
+    assert not url.exists() or list_checkpoints(str(url)) == []

@@ -218,7 +218,7 @@ def _stream_entry_with(name: str) -> dict:
 ])
 def test_a_field_declared_neither_shared_nor_own_is_refused_before_anything_is_written(
         tmp_path: Path, state: dict, field: str) -> None:
-    with pytest.raises(CheckpointError, match=f"^cannot save: data loader field {re.escape(repr(field))} is declared "
+    with pytest.raises(CheckpointError, match=f"^cannot save step 1: data loader field {re.escape(repr(field))} is declared "
                        "neither shared by every rank's load nor read by its own rank only .*, so a load at another "
                        "world size would lose it; this is a dist_resume bug, please report it$"):
         save_checkpoint({"loader": state}, str(tmp_path / "run"), 1)
@@ -228,7 +228,7 @@ def test_a_field_declared_neither_shared_nor_own_is_refused_before_anything_is_w
 def test_a_shared_field_that_is_not_an_int64_vector_is_refused() -> None:
     state = _loader(0, 1).state_dict()
     state["rank_0"]["skipped"] = torch.zeros((1, 2), dtype=torch.int64)
-    with pytest.raises(CheckpointError, match="^cannot save: data loader field 'loader.rank_0.skipped' is shared by "
+    with pytest.raises(CheckpointError, match="^data loader field 'loader.rank_0.skipped' is shared by "
                        "every rank's load but is not a 1-D int64 tensor; this is a dist_resume bug"):
         check_entry_fields({"loader": state})
 

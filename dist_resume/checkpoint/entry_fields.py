@@ -58,13 +58,13 @@ def _check(fields: Mapping[str, Any], group: Path, where: str) -> None:
         shown = ".".join((where, *group, str(name)))
         if path in SHARED_FIELDS:
             if not (isinstance(value, torch.Tensor) and value.dtype == torch.int64 and value.dim() == 1):
-                raise CheckpointError(f"cannot save: data loader field {shown!r} is shared by every rank's load "
+                raise CheckpointError(f"data loader field {shown!r} is shared by every rank's load "
                                       "but is not a 1-D int64 tensor; this is a dist_resume bug, please report it")
         elif path in _GROUPS and isinstance(value, Mapping):
             _check(value, path, where)
         elif path not in OWN_FIELDS:
             raise CheckpointError(
-                f"cannot save: data loader field {shown!r} is declared neither shared by every rank's load nor "
+                f"data loader field {shown!r} is declared neither shared by every rank's load nor "
                 "read by its own rank only (dist_resume.checkpoint.entry_fields), so a load at another world size "
                 "would lose it; this is a dist_resume bug, please report it")
 

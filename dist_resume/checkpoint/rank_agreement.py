@@ -22,7 +22,8 @@ def _disagreement(values: list[tuple[object, str]]) -> str | None:
 
 
 def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str, *,
-                      skipped: dict[str, str] | None = None, **arguments: object) -> None:
+                      skipped: dict[str, str] | None = None, refusal: str | None = None,
+                      **arguments: object) -> None:
     """Raise the same :class:`CheckpointError` on every rank of ``group`` unless all of them
     resolved the checkpoint URL to the same filesystem and path and pass equal
     ``arguments`` (``step``, ``keep``, ...). Ranks that write to different places (per-rank
@@ -31,18 +32,22 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     step with every rank's data, and ranks that differ on ``async_save`` would wait for
     each other forever. ``verb`` ("save", "load") names the call in the error. ``skipped``
     (a save's data loaders, by key, and the ranges each skipped) must agree too: ranks that
-    skipped different batches would save a state that trains some samples on one rank only."""
+    skipped different batches would save a state that trains some samples on one rank only.
+    ``refusal`` is this rank's own reason to refuse the call (its message): every rank raises
+    it, rather than the others waiting in the call's next collective for a rank that left it."""
     if not distributed() or dist.get_world_size(group) == 1:
+        _raise_refusals([refusal], verb, arguments.get("step"), alone=True)
         return
     place = (type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None))
     printable = loc.root if loc.is_local else loc.url  # a local root is absolute: cwd shows
-    every: list[tuple[tuple[object, ...], str, dict[str, object], dict[str, str]] | None] = \
+    every: list[tuple[tuple[object, ...], str, dict[str, object], dict[str, str], str | None] | None] = \
         [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, (place, printable, arguments, skipped or {}), group=group)
-    places = _disagreement([(theirs, shown) for theirs, shown, _, _ in every])  # type: ignore[misc]
-    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs, _ in every])  # type: ignore[misc]
+    dist.all_gather_object(every, (place, printable, arguments, skipped or {}, refusal), group=group)
+    _raise_refusals([theirs[-1] for theirs in every], verb, arguments.get("step"))  # type: ignore[index]
+    places = _disagreement([(theirs, shown) for theirs, shown, *_ in every])  # type: ignore[misc]
+    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs, *_ in every])  # type: ignore[misc]
                  for name in arguments}
-    loader_skips = [theirs for *_, theirs in every]  # type: ignore[misc]
+    loader_skips = [theirs for *_, theirs, _ in every]  # type: ignore[misc]
     skips = {key: _disagreement([(theirs.get(key), theirs.get(key, "no such loader")) for theirs in loader_skips])
              for key in sorted({key for theirs in loader_skips for key in theirs})}
     problems, advice = [], []
@@ -65,3 +70,17 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     step = arguments.get("step")
     action = f"{verb} step {step}" if step is not None and differing.get("step") is None else f"{verb} a checkpoint"
     raise CheckpointError(f"cannot {action}: the ranks {' '.join(problems)}; {'; '.join(advice)}")
+
+
+def _raise_refusals(refusals: list[str | None], verb: str, step: object, alone: bool = False) -> None:
+    """One :class:`CheckpointError` naming each refusing rank (unless the process is ``alone``)
+    and its reason, if any refused."""
+    ranks: dict[str, list[int]] = {}
+    for rank, refusal in enumerate(refusals):
+        if refusal is not None:
+            ranks.setdefault(refusal, []).append(rank)
+    if not ranks:
+        return
+    reasons = "; ".join(reason if alone else f"rank{'s' if len(members) > 1 else ''} {', '.join(map(str, members))}: "
+                        f"{reason}" for reason, members in ranks.items())
+    raise CheckpointError(f"cannot {verb} {'a checkpoint' if step is None else f'step {step}'}: {reasons}")

@@ -20,6 +20,7 @@ from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
+from dist_resume.errors import CheckpointError
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 from dist_resume.storage.dcp_files import CheckpointWriter
@@ -82,11 +83,15 @@ def save_checkpoint(
     wait_for_previous_save()
     where = f"step {step} at {loc.url}"
     with peers_answer(f"cannot save {where}", process_group):
+        skipped = loader_skips(state)
+        try:
+            state, refusal = taken_states(state), None
+        except CheckpointError as exc:  # raised on every rank by the agreement, not on this one alone
+            refusal = str(exc)
         # before the background group exists: creating it is a collective of its own, and a
         # rank that creates it while its peer does not waits forever
-        require_agreement(loc, process_group, "save", skipped=loader_skips(state), step=step, keep=keep,
+        require_agreement(loc, process_group, "save", skipped=skipped, refusal=refusal, step=step, keep=keep,
                           async_save=async_save)
-        state = taken_states(state)
         group = checkpoint_group(process_group) if async_save else process_group
         attempt = on_rank0(group, lambda: _begin(store, step))
         state = with_rank_tables(state, group)
