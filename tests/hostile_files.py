@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from dist_resume.checkpoint.split_metadata import RANK_ENTRIES, SHARED
+
 ROOT = Path(__file__).resolve().parents[1]
 # Address space a fenced process may map beyond its imports. The loads of the tests need
 # 32-128 MiB of it (most: the one that starts a gloo process group); a crafted file declaring
@@ -36,7 +38,11 @@ def read_metadata(step_dir: Path) -> Any:
 
 
 def write_metadata(step_dir: Path, metadata: Any) -> None:
+    """``metadata`` as the step's ``.metadata``; the step's split metadata is removed, so that
+    every load reads this file (as for a step saved before split metadata)."""
     (step_dir / ".metadata").write_bytes(pickle.dumps(metadata))
+    for name in (SHARED, RANK_ENTRIES):
+        (step_dir / name).unlink(missing_ok=True)
 
 
 def edit_metadata(step_dir: Path, edit: Callable[[Any], None]) -> None:

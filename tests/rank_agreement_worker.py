@@ -1,6 +1,7 @@
 """One rank of a job whose ranks name different checkpoint locations (issue 11 point 3),
 pass different arguments to one save or load (issue 24 point 1), save where another job
-holds the writer lease (issue 23 point 3), or hold a loader field that one rank refuses.
+holds the writer lease (issue 23 point 3), hold a loader field that one rank refuses, or
+load a step whose metadata is damaged for one rank only.
 
 Run by ``tests.checkpoint_worker.run(..., script=__file__)``; each rank writes the error it
 got (or "none") to ``out/<scenario>-error-<rank>.txt``.
@@ -202,7 +203,27 @@ def undeclared_field(args: dict[str, Any]) -> None:
     shut_down_distributed()
 
 
+def damaged_own_record(args: dict[str, Any]) -> None:
+    """Both ranks load a step whose split metadata holds a damaged record for rank 1 only.
+    Each rank reads its own record: rank 1 fails, and rank 0 must not wait for it in DCP's
+    collectives until the group timeout (60 s, beyond the launcher's 40 s)."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import RandomSampler
+
+    from dist_resume import ResumableDataLoader, load_checkpoint, shut_down_distributed
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    loader = ResumableDataLoader(list(range(30)), sampler=RandomSampler(range(30), generator=torch.Generator()),
+                                 batch_size=2, rank=rank, world_size=2)
+    _record(args, "own_record", lambda: load_checkpoint({"loader": loader}, args["url"]))
+    shut_down_distributed()
+
+
 if __name__ == "__main__":
     {"per_rank_urls": per_rank_urls, "node_local_storage": node_local_storage,
      "disagreeing_arguments": disagreeing_arguments, "peer_gone": peer_gone,
-     "leased_elsewhere": leased_elsewhere, "undeclared_field": undeclared_field}[sys.argv[1]](json.loads(sys.argv[2]))
+     "leased_elsewhere": leased_elsewhere, "undeclared_field": undeclared_field,
+     "damaged_own_record": damaged_own_record}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -159,12 +159,18 @@ def test_a_damaged_column_is_one_error(values: list[int], problem: str) -> None:
         decode_column(torch.tensor(values, dtype=torch.int64), "c")
 
 
-def test_a_table_entry_never_replaces_a_loaded_whole_entry() -> None:
-    own = {"progress": torch.tensor([7])}
-    table = {"progress": encode_column({0: torch.tensor([1]), 1: torch.tensor([2])})}
+def test_a_table_entry_never_replaces_a_field_of_a_loaded_entry() -> None:
+    own = {"progress": torch.tensor([7]), "stream": {"items": torch.tensor([3])}}
+    table = {"progress": encode_column({0: torch.tensor([1]), 1: torch.tensor([2])}),
+             "stream": {"meta": encode_column({0: torch.tensor([4]), 1: torch.tensor([5])})}}
     merged = entries_from_table({RANK_TABLE_KEY: table, "rank_1": own, "plan": torch.tensor([])})
-    assert merged["rank_0"]["progress"].tolist() == [1] and merged["rank_1"] is own and "plan" in merged
+    assert merged["rank_0"]["progress"].tolist() == [1] and merged["rank_0"]["stream"]["meta"].tolist() == [4]
+    assert merged["rank_1"]["progress"].tolist() == [7] and "plan" in merged
     assert RANK_TABLE_KEY not in merged
+    # a loaded entry of the own fields only (a step with split metadata): the table gives the rest
+    merged = entries_from_table({RANK_TABLE_KEY: table, "rank_1": {"stream": {"items": torch.tensor([3])}}})
+    assert {name: value.tolist() for name, value in merged["rank_1"]["stream"].items()} == {"meta": [5], "items": [3]}
+    assert merged["rank_1"]["progress"].tolist() == [2]
 
 
 def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path, monkeypatch) -> None:
@@ -183,8 +189,9 @@ def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path
         counts.append(len(reads))
         after.append([item for batch in loader for item in batch.tolist()])
     assert flat(before + after) == all_items()
-    # the table's progress, stream meta and canonical columns, and the 3 fields of the own entry (rank 2 has none)
-    assert counts == [6, 6, 3]
+    # the table's progress, stream meta and canonical columns; the own entries hold no field
+    # that the table lacks, so none is read again (split metadata)
+    assert counts == [3, 3, 3]
 
 
 def test_skipped_ranges_come_through_the_table(tmp_path: Path) -> None:

@@ -8,14 +8,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, TypeVar
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from dist_resume.errors import CheckpointError
-from dist_resume.process_group import group_timeout, peer_failure
+from dist_resume.process_group import collective_device, group_timeout, peer_failure
 from dist_resume.storage import Location
 
 T = TypeVar("T")
+
+
+def on_every_rank(group: dist.ProcessGroup | None, fn: Callable[[], T], what: str) -> T:
+    """Run ``fn`` on every rank of ``group``; if it fails on any, every rank raises: a failed
+    rank its own error, the others one :class:`CheckpointError` (``what`` failed, and where)."""
+    failure: BaseException | None = None
+    try:
+        result = fn()
+    except BaseException as exc:  # the other ranks must learn of it rather than wait in the next collective
+        failure = exc
+    if distributed() and dist.get_world_size(group) > 1:
+        size = dist.get_world_size(group)
+        first = torch.tensor([dist.get_rank(group) if failure is not None else size], dtype=torch.int64,
+                             device=collective_device(group))
+        dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
+        if failure is None and int(first) < size:
+            raise CheckpointError(f"{what}: it failed on rank {int(first)} (that rank's error says why)")
+    if failure is not None:
+        raise failure
+    return result
 
 
 def distributed() -> bool:

@@ -22,11 +22,12 @@ from dist_resume.arguments import checked_int, checked_url
 from dist_resume.checkpoint.async_saves import wait_for_previous_save
 from dist_resume.checkpoint.bounded_reader import BoundedReader
 from dist_resume.checkpoint.collector import collector_paused
-from dist_resume.checkpoint.collectives import dcp_call, on_rank0, peers_answer
+from dist_resume.checkpoint.collectives import dcp_call, on_every_rank, on_rank0, peers_answer
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
+from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
 from dist_resume.checkpoint.commit_index import IndexEntry, checked_summary, read_entry
 from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, indexed_committed_steps, read_commit,
                                               refuse_misplaced, step_dir)
@@ -48,9 +49,12 @@ class CheckpointInfo:
     url: str  # printable: credentials removed
 
 
-def _choose(store: CheckpointStore, step: int | None) -> tuple[int, str, Metadata] | None:
-    """The committed ``step`` (default: the latest), its data directory and its metadata;
-    None if the location holds nothing."""
+def _choose(store: CheckpointStore, step: int | None,
+            every_entry: set[str] | None) -> tuple[int, str, Metadata, bool] | None:
+    """The committed ``step`` (default: the latest), its data directory, its metadata and
+    whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
+    saved with it, unless a loader under a key of ``every_entry`` receives every saved
+    rank's entries; None: every loader does); None if the location holds nothing."""
     steps = committed_steps(store)
     if not steps:
         refuse_misplaced(store)
@@ -63,9 +67,26 @@ def _choose(store: CheckpointStore, step: int | None) -> tuple[int, str, Metadat
         raise CheckpointNotFoundError(
             f"step {step} is not committed at {store.loc.url} (committed steps: {committed})"
         )
+    where = f"step {step} at {store.loc.url}"
     with _pruned_is_not_damage(store, step):
         _, directory = read_commit(store, step, steps[step])
-        return step, directory, read_metadata(store.loc, directory, f"step {step} at {store.loc.url}")
+        shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry)
+        if shared is not None:
+            return step, directory, shared, True
+        return step, directory, read_metadata(store.loc, directory, where), False
+
+
+def _with_own_entries(store: CheckpointStore, step: int, directory: str, shared: Metadata,
+                      state: dict[str, Any]) -> Metadata:
+    """``shared`` with the saved rank entries that the loaders of ``state`` read whole."""
+    ranks = set()
+    for key in tabled_keys(shared) & state.keys():
+        for name in own_entries(state[key]) or ():
+            number = name[len(RANK_PREFIX):]
+            if number.isdigit():
+                ranks.add(int(number))
+    with _pruned_is_not_damage(store, step):
+        return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}")
 
 
 @contextmanager
@@ -157,10 +178,16 @@ def load_checkpoint(
     with peers_answer(f"cannot load {'a checkpoint' if step is None else f'step {step}'} at {loc.url}", process_group):
         require_agreement(loc, process_group, "load", step=step)
         with collector_paused():
-            chosen = on_rank0(process_group, lambda: _choose(store, step))
+            every_entry = {key for key, value in state.items() if not isinstance(value, Stateful)}
+            chosen = on_rank0(process_group, lambda: _choose(store, step, every_entry))
             if chosen is None:
                 return None
-            step, directory, metadata = chosen
+            step, directory, metadata, split = chosen
+            if split:  # each rank reads its own entries' metadata
+                shared = metadata
+                metadata = on_every_rank(
+                    process_group, lambda: _with_own_entries(store, step, directory, shared, state),
+                    f"cannot load step {step} at {loc.url}")
             targets, elastic = _load_targets(state, metadata)
             _read(store, step, directory, metadata, targets, process_group=process_group)
     with collector_paused():
@@ -196,10 +223,10 @@ def read_loader_states(
 
 def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[int, dict[str, Any]]:
     loc = store.loc
-    chosen = _choose(store, step)
+    chosen = _choose(store, step, None)
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
-    step, directory, metadata = chosen
+    step, directory, metadata, _ = chosen
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
         guard = f".{ELASTIC_GUARD_KEY}"
         keys = sorted(fqn[: -len(guard)] for fqn in metadata.state_dict_metadata if fqn.endswith(guard))

@@ -76,9 +76,10 @@ def _check_tensor(fqn: str, entry: TensorStorageMetadata, data: _Stored, where: 
 
 def _check_path(fqn: str, path: Any, entries: int, where: str) -> None:
     """A planner path places a value no deeper and no further into a list than the
-    checkpoint's own entries can fill."""
+    checkpoint's own entries can fill, and is the path its entry's name was made from."""
     if not isinstance(path, (tuple, list)) or not 1 <= len(path) <= _MAX_PATH_DEPTH or any(
-            not isinstance(key, str) and (type(key) is not int or not 0 <= key < entries) for key in path):
+            not isinstance(key, str) and (type(key) is not int or not 0 <= key < entries) for key in path) or \
+            ".".join(map(str, path)) != fqn:  # as DCP flattens a state dict
         raise CheckpointCorruptError(f"{where} is damaged: entry '{fqn}' has the object path {str(path)[:80]}")
 
 
@@ -125,27 +126,47 @@ def read_metadata(loc: Location, directory: str, where: str) -> Metadata:
     files it points into before anything is allocated from it."""
     path = posixpath.join(directory, METADATA)
     metadata = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
-    check_metadata(metadata, _shard_sizes(loc, directory, shard_names(metadata, where), where), where)
+    check_metadata(metadata, shard_sizes(loc, directory, metadata, where), where)
     return metadata
 
 
-def _shard_sizes(loc: Location, directory: str, names: set[str], where: str) -> dict[str, int]:
-    """The real size of each file ``names`` in ``directory``: one listing on an object store."""
+_ASKED_ONE_BY_ONE = 8  # files whose sizes are asked for one request each; more: one listing
+
+
+def shard_sizes(loc: Location, directory: str, metadata: Metadata, where: str) -> dict[str, int]:
+    """The real size of each file ``metadata`` points into in ``directory``: one request per
+    file for a few (an elastic load's own entries and the rank table), one listing of the
+    directory on an object store for more."""
+    names = shard_names(metadata, where)
     if loc.is_local:
         return {name: file_size(loc, posixpath.join(directory, name), where) for name in sorted(names)}
-    try:
-        listing = retry(loc.fs.ls, directory, detail=True)
-    except Exception as exc:
-        raise loc.error("list", directory, exc) from None
-    found = {posixpath.basename(entry["name"].rstrip("/")): entry for entry in listing}
+    found = {name: _info(loc, posixpath.join(directory, name)) for name in names} \
+        if len(names) <= _ASKED_ONE_BY_ONE else _listing(loc, directory)
     sizes = {}
     for name in sorted(names):
-        if name not in found:
+        if found.get(name) is None:
             raise CheckpointCorruptError(f"{where} is damaged: shard {name} is missing")
         if found[name].get("type") != "file":
             raise UnsafeCheckpointError(f"refused to read {where}: {name} is not a file")
         sizes[name] = int(found[name]["size"])
     return sizes
+
+
+def _info(loc: Location, path: str) -> dict[str, Any] | None:
+    try:
+        return retry(loc.fs.info, path)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise loc.error("read", path, exc) from None
+
+
+def _listing(loc: Location, directory: str) -> dict[str, dict[str, Any]]:
+    try:
+        listing = retry(loc.fs.ls, directory, detail=True)
+    except Exception as exc:
+        raise loc.error("list", directory, exc) from None
+    return {posixpath.basename(entry["name"].rstrip("/")): entry for entry in listing}
 
 
 def shard_names(metadata: Metadata, where: str) -> set[str]:

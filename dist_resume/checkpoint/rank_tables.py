@@ -106,7 +106,8 @@ def own_entries(value: Any) -> set[str] | None:
 
 def entries_from_table(loaded: Mapping[str, Any]) -> dict[str, Any]:
     """A loader state with every saved rank's entry: the shared fields of each from the rank
-    table, the whole entries that were loaded (the loader's own) as they were saved."""
+    table, with the fields that were loaded of the loader's own entry (whole, or its own
+    fields only: `split_metadata`) as they were saved."""
     table = loaded[RANK_TABLE_KEY]
     merged: dict[str, Any] = {}
     for path in SHARED_FIELDS:
@@ -115,5 +116,16 @@ def entries_from_table(loaded: Mapping[str, Any]) -> dict[str, Any]:
             continue
         for rank, values in decode_column(column, f"loader state's rank table field {'.'.join(path)!r}").items():
             set_path(merged, (rank_key(rank), *path), values)
-    merged.update((key, value) for key, value in loaded.items() if key != RANK_TABLE_KEY)
+    for key, value in loaded.items():
+        if key != RANK_TABLE_KEY:
+            _merge(merged, key, value)
     return merged
+
+
+def _merge(into: dict[str, Any], name: str, value: Any) -> None:
+    """``value`` placed at ``name``; a mapping merged field by field into the one there."""
+    if isinstance(value, Mapping) and isinstance(into.get(name), dict):
+        for field, inner in value.items():
+            _merge(into[name], field, inner)
+    else:
+        into[name] = value

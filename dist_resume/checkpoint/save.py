@@ -20,10 +20,10 @@ from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
+from dist_resume.checkpoint.split_metadata import SplitMetadataWriter
 from dist_resume.errors import CheckpointError
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
-from dist_resume.storage.dcp_files import CheckpointWriter
 
 
 def _begin(store: CheckpointStore, step: int) -> str:
@@ -95,7 +95,7 @@ def save_checkpoint(
         group = checkpoint_group(process_group) if async_save else process_group
         attempt = on_rank0(group, lambda: _begin(store, step))
         state = with_rank_tables(state, group)
-        writer = CheckpointWriter(loc, attempt)
+        writer = SplitMetadataWriter(loc, attempt)
         if not async_save:
             dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
             _finish(store, step, attempt, keep, group)

@@ -145,15 +145,17 @@ def _possible(skipped: SkippedRange) -> bool:
 def saved_ledger(state_dict: Mapping[str, Any], ranks: list[int]) -> SkipLedger:
     """The ledger that the entries of `ranks` in a loader state dict hold (none: empty);
     entries that disagree are refused, as a save refuses ranks that skipped differently."""
-    ledgers = {}
+    ledgers = {}  # of the entries that hold one: at 100,000 saved ranks, no object per other entry
     for rank in ranks:
         key = f"{RANK_PREFIX}{rank}"
         entry = state_dict.get(key)
         stored = entry.get(SKIPS_KEY) if isinstance(entry, Mapping) else None
-        ledgers[rank] = SkipLedger() if stored is None else SkipLedger.from_tensor(stored, key)
-    distinct = set(ledgers.values())
+        if stored is not None:
+            ledgers[rank] = SkipLedger.from_tensor(stored, key)
+    none = SkipLedger()
+    distinct = set(ledgers.values()) | ({none} if len(ledgers) < len(ranks) else set())
     if len(distinct) > 1:
-        shown = "; ".join(f"rank {rank}: {describe_ranges(ledger)}" for rank, ledger in sorted(ledgers.items()))
+        shown = "; ".join(f"rank {rank}: {describe_ranges(ledgers.get(rank, none))}" for rank in sorted(ranks))
         raise ResumeStateError(f"loader state entries disagree on the skipped ranges ({shown}): every rank "
                                "must call skip() with the same number of batches")
     return distinct.pop() if distinct else SkipLedger()
