@@ -38,16 +38,23 @@ def _loader(rank: int, world_size: int, **kwargs) -> ResumableDataLoader:
                                world_size=world_size, **kwargs)
 
 
-def _save_job(url: Path, world_size: int, steps: int) -> None:
-    """One save of `world_size` ranks that each consumed `steps` batches (a lockstep job)."""
+def _taken(make, world_size: int, steps: int, before=lambda loader: None) -> dict:
+    """The merged state of a lockstep job whose ranks' loaders, `make(rank, world_size)`,
+    each went through `before` and then consumed `steps` batches."""
     merged: dict = {}
     for rank in range(world_size):
-        loader = _loader(rank, world_size)
+        loader = make(rank, world_size)
+        before(loader)
         iterator = iter(loader)
         for _ in range(steps):
             next(iterator)
         merged.update(loader.state_dict())
-    save_checkpoint({"loader": merged}, str(url), 1)
+    return merged
+
+
+def _save_job(url: Path, world_size: int, steps: int) -> None:
+    """One save of `world_size` ranks that each consumed `steps` batches (a lockstep job)."""
+    save_checkpoint({"loader": _taken(_loader, world_size, steps)}, str(url), 1)
 
 
 def _reads(monkeypatch) -> list[str]:
@@ -194,13 +201,7 @@ def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path
 
 
 def test_skipped_ranges_come_through_the_table(tmp_path: Path) -> None:
-    merged: dict = {}
-    for rank in range(2):
-        loader = _loader(rank, 2)
-        loader.skip(3)
-        iterator = iter(loader)
-        next(iterator)
-        merged.update(loader.state_dict())
+    merged = _taken(_loader, 2, 1, lambda loader: loader.skip(3))
     save_checkpoint({"loader": merged}, str(tmp_path), 1)
     loader, reference = _loader(0, 3), _loader(0, 3)
     load_checkpoint({"loader": loader}, str(tmp_path))
@@ -253,18 +254,6 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value
-
-
-def _taken(make, world_size: int, steps: int, before=lambda loader: None) -> dict:
-    merged: dict = {}
-    for rank in range(world_size):
-        loader = make(rank, world_size)
-        before(loader)
-        iterator = iter(loader)
-        for _ in range(steps):
-            next(iterator)
-        merged.update(loader.state_dict())
-    return merged
 
 
 def _map_style(rank: int, world_size: int) -> ResumableDataLoader:
