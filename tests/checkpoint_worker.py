@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -152,37 +151,17 @@ def killed_mid_save(args: dict[str, Any]) -> None:
     """Commit step 1, then start step 2; rank ``victim`` blocks mid-shard (the test kills it)."""
     import fsspec
     import torch
-    from fsspec.implementations.local import LocalFileSystem
 
     from dist_resume.checkpoint.save import save_checkpoint
+    from tests.kill_points import BlockingFileSystem
 
-    class BlockingFileSystem(LocalFileSystem):
-        """Local files; once armed, a shard gets 100 bytes, then its writer signals
-        ``ready`` and blocks until the process is killed."""
-
-        protocol = "blocking"
-        armed = False
-
-        @classmethod
-        def _strip_protocol(cls, path: str) -> str:
-            return super()._strip_protocol(path.removeprefix("blocking://"))
-
-        def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
-            file = super()._open(path, mode, **kwargs)
-            if self.armed and "w" in mode and path.endswith(".distcp"):
-                file.write(b"\0" * 100)
-                file.flush()
-                Path(args["ready"]).write_text(str(os.getpid()))
-                threading.Event().wait()  # until SIGKILL
-            return file
-
-    fsspec.register_implementation("blocking", BlockingFileSystem, clobber=True)
+    fsspec.register_implementation("killblock", BlockingFileSystem, clobber=True)
     rank, world_size = _setup()
     torch.manual_seed(0)
     shared, mine = torch.randn(1000), torch.full((4,), float(rank))
-    url = f"blocking://{args['dir']}"
+    url = f"killblock://{args['dir']}"
     save_checkpoint({"shared": shared, "per_rank": {f"rank{rank}": mine}}, url, 1)
-    BlockingFileSystem.armed = rank == args["victim"]
+    BlockingFileSystem.ready = args["ready"] if rank == args["victim"] else None
     save_checkpoint({"shared": shared + 1, "per_rank": {f"rank{rank}": mine + 1}}, url, 2)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -51,20 +52,28 @@ def make_loader(stream: ShardedStream, rank: int, world_size: int, num_workers: 
                                even_batches=False)
 
 
-def run_job(
-    stream: ShardedStream, world_size: int, num_workers: int, state: dict[str, Any] | None, steps: int | None
+def run_ranks(
+    make: Callable[[int], ResumableDataLoader], world_size: int, state: dict[str, Any] | None, steps: int | None
 ) -> tuple[list[list[int]], dict[str, Any]]:
-    """Every rank of a job loads `state` and takes `steps` batches (None: to the epoch's
-    end); returns the items each rank consumed and the merged state of all ranks, as
+    """Every rank of a job, one after another in this process, makes its loader with
+    `make(rank)`, loads `state` and takes `steps` batches (None: to the epoch's end); returns
+    the items each rank consumed and the merged state of all ranks, as
     dist_resume.load_checkpoint hands it to every rank of the next job."""
     consumed, merged = [], {}
     for rank in range(world_size):
-        loader = make_loader(stream, rank, world_size, num_workers)
+        loader = make(rank)
         if state is not None:
             loader.load_state_dict(state)
         consumed.append([item for batch in itertools.islice(loader, steps) for item in batch.tolist()])
         merged.update(loader.state_dict())
     return consumed, merged
+
+
+def run_job(
+    stream: ShardedStream, world_size: int, num_workers: int, state: dict[str, Any] | None, steps: int | None
+) -> tuple[list[list[int]], dict[str, Any]]:
+    """`run_ranks` with the loaders of `make_loader`."""
+    return run_ranks(lambda rank: make_loader(stream, rank, world_size, num_workers), world_size, state, steps)
 
 
 def flat(per_rank: list[list[int]]) -> list[int]:

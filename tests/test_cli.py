@@ -14,6 +14,7 @@ from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.cli import main
 from dist_resume.demo.records import EpochPositions
 from dist_resume.loader.resumable import ResumableDataLoader
+from tests.merged_states import merged_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,10 +36,7 @@ class _Job:
             next(iterator)
 
     def state_dict(self) -> dict:
-        merged: dict = {}
-        for loader in self.loaders:
-            merged.update(loader.state_dict())
-        return merged
+        return merged_from(self.loaders)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from dist_resume.cli import main
 from dist_resume.loader.resumable import ResumableDataLoader
 from dist_resume.state.fields import RankState, encode, plan_digest
 from tests.layout import committed_dir
+from tests.merged_states import merged, merged_from
 
 from .hostile_files import ROOT, read_metadata, run_fenced
 
@@ -34,10 +35,7 @@ def _loaders(world_size: int, batch_size: int, length: int = 20) -> list[Resumab
 
 
 def _save(loaders: list[ResumableDataLoader], url: Path, step: int = 1) -> None:
-    merged: dict = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
-    save_checkpoint({"loader": merged}, str(url), step)
+    save_checkpoint({"loader": merged_from(loaders)}, str(url), step)
 
 
 @pytest.mark.parametrize("marker,problem", [
@@ -91,13 +89,13 @@ def test_plan_of_a_huge_epoch_costs_o_ranks(tmp_path: Path) -> None:
     999999999976 left = 111111111108 global batches of 9 and 4 samples, padded to 2 per rank."""
     length, batch = 10**12, 3
     plan = plan_digest([])
+    entries = []
     for rank in range(2):
         state = RankState(version=1, dataset_length=length, seed=5, shuffle=0, drop_last=0, even_batches=1,
                           sampling=0, epoch=0, world_size=2, rank=rank, batch_size=batch, global_batch=2 * batch,
                           batches_consumed=4, samples_consumed=4 * batch, epoch_finished=0, plan_digest=plan)
-        entries = encode(state, [])
-        merged = entries if rank == 0 else {**merged, **entries}
-    save_checkpoint({"loader": merged}, str(tmp_path), 1)
+        entries.append(encode(state, []))
+    save_checkpoint({"loader": merged(*entries)}, str(tmp_path), 1)
     result = run_fenced("-m", "dist_resume", "plan", str(tmp_path), "--world-size", "3")
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [
@@ -152,12 +150,10 @@ def test_inspect_after_the_elastic_epoch_ended(tmp_path: Path, capsys: pytest.Ca
     old = _loaders(2, 3)
     for loader in old:
         next(iter(loader))
-    merged: dict = {}
-    for loader in old:
-        merged.update(loader.state_dict())
+    state = merged_from(old)
     new = _loaders(3, 2)
     for loader in new:
-        loader.load_state_dict(merged)
+        loader.load_state_dict(state)
         list(loader)  # the rest of epoch 0
         next(iter(loader))  # the first batch of epoch 1
     _save(new, tmp_path)

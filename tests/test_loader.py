@@ -21,6 +21,7 @@ from dist_resume.positions.epoch_order import EpochOrder
 from dist_resume.state.fields import FIELDS
 
 from .datasets import Augmented, BatchedFetch, Fetches, Squares, flatten
+from .merged_states import merged
 
 
 def assert_same(a, b) -> None:
@@ -565,15 +566,15 @@ def test_merged_states_of_ranks_in_different_epochs_resume_after_an_elastic_plan
         return ResumableDataLoader(Squares(23), batch_size=batch_size, shuffle=True, rank=rank, world_size=world_size)
 
     first = [make(r, 3, 2) for r in range(3)]
-    merged = {}
+    saved = {}
     for loader, stop in zip(first, (1, 2, 2)):  # an uneven stop: the next job has a plan
         iterator = iter(loader)
         for _ in range(stop):
             next(iterator)
-        merged.update(loader.state_dict())
+        saved.update(loader.state_dict())
     job = [make(r, 2, 4) for r in range(2)]
     for loader in job:
-        loader.load_state_dict(merged, independent_ranks=True)
+        loader.load_state_dict(saved, independent_ranks=True)
     behind = iter(job[0])
     for _ in range(len(job[0]) - 1):
         next(behind)
@@ -583,11 +584,9 @@ def test_merged_states_of_ranks_in_different_epochs_resume_after_an_elastic_plan
     states = [job[0].state_dict(), job[1].state_dict()]
     expected = [list(behind), list(ahead) + list(job[1])]
     for order in ((0, 1), (1, 0)):
-        merged = {}
-        for rank in order:
-            merged.update(states[rank])
+        state = merged(*(states[rank] for rank in order))
         resumed = [make(r, 2, 4) for r in range(2)]
         for loader in resumed:
-            loader.load_state_dict(merged, independent_ranks=True)
+            loader.load_state_dict(state, independent_ranks=True)
         assert_same_batches(expected[0], list(resumed[0]))
         assert_same_batches(expected[1], list(resumed[1]) + list(resumed[1]))

@@ -12,7 +12,7 @@ import itertools
 import multiprocessing
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +25,7 @@ from dist_resume import ResumableDataLoader, plan_resume, shut_down_distributed
 from dist_resume.positions.epoch_order import EpochOrder
 
 from .datasets import Augmented
+from .merged_states import merged
 from .script_processes import spawn_ranks
 
 LENGTH = 41
@@ -110,6 +111,11 @@ def _serve(loader: ResumableDataLoader, set_epoch: bool, consumed: Consumed) -> 
             yield
 
 
+def _saved_states(out: Path, name: str, ranks: Iterable[int]) -> dict[str, Any]:
+    """The merged states that `ranks` of job `name` saved."""
+    return merged(*(torch.load(out / f"{name}-state-{rank}.pt", weights_only=True) for rank in ranks))
+
+
 def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{out}/store-{name}", rank=rank, world_size=job.world_size,
@@ -126,12 +132,9 @@ def _run_job(name: str, job: Job, rank: int, out: Path) -> None:
         persistent_workers=job.persistent_workers, process_group=group, even_batches=job.even_batches,
     )
     if job.load:
-        saved = JOBS[job.load]
-        ranks = [loader.rank] if job.own_state else range(saved.world_size)
-        merged: dict[str, Any] = {}
-        for saved_rank in ranks:
-            merged.update(torch.load(out / f"{job.load}-state-{saved_rank}.pt", weights_only=True))
-        loader.load_state_dict(merged, independent_ranks=True)  # ranks stop where each stops
+        ranks = [loader.rank] if job.own_state else range(JOBS[job.load].world_size)
+        state = _saved_states(out, job.load, ranks)
+        loader.load_state_dict(state, independent_ranks=True)  # ranks stop where each stops
     consumed = Consumed([], {}, {})
     if job.stop is None:
         for _ in _serve(loader, job.set_epoch, consumed):
@@ -163,13 +166,6 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _consumed(out: Path, name: str) -> list[Consumed]:
     return [Consumed(*torch.load(out / f"{name}-consumed-{rank}.pt")) for rank in range(JOBS[name].world_size)]
-
-
-def _merged_states(out: Path, name: str) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for rank in range(JOBS[name].world_size):
-        merged.update(torch.load(out / f"{name}-state-{rank}.pt"))
-    return merged
 
 
 def _reference(global_batch: int) -> list[list[list[tuple]]]:
@@ -214,7 +210,7 @@ def _check_planned(out: Path, saved: str, name: str) -> None:
     """Job `name`'s ranks consumed, in epoch 0, the (first `stop`) batches that plan_resume
     computes from the merged states of job `saved`."""
     job = JOBS[name]
-    plan = plan_resume(_merged_states(out, saved), job.world_size, job.batch_size)
+    plan = plan_resume(_saved_states(out, saved, range(JOBS[saved].world_size)), job.world_size, job.batch_size)
     for rank, consumed in enumerate(_consumed(out, name)):
         planned = [_indices(0, batch.positions) for batch in plan.batches(rank)]
         stop = len(planned) if job.stop is None else job.stop[rank]

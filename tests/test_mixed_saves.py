@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from dist_resume import ResumableDataLoader, ResumeStateError, load_checkpoint, save_checkpoint
 from dist_resume.integrations.lightning import LightningLoader
 from dist_resume.state.fields import FIELDS, FIRST_FIELDS, PROGRESS_KEY
+from tests.merged_states import merged
 
 MIXED = (
     "loader state entries come from different saves ({listed}): a rank stopped between a training step and the "
@@ -44,29 +45,22 @@ def _lockstep(loaders: list[ResumableDataLoader], steps: int) -> list[dict]:
     return [loader.state_dict() for loader in loaders]
 
 
-def _merged(*states: dict) -> dict:
-    merged: dict = {}
-    for state in states:
-        merged.update(state)
-    return merged
-
-
 def test_entries_of_two_saves_are_refused_by_load_state_dict():
     at_three = _lockstep(_job(2), 3)
     at_two = _lockstep(_job(2), 2)
-    mixed = _merged(at_three[0], at_two[1])
+    mixed = merged(at_three[0], at_two[1])
     for loader in _job(2) + _job(3):
         listed = "ranks [0] at global step 3; ranks [1] at global step 2"
         with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
             loader.load_state_dict(mixed)
     # the same entries, from one save, resume
-    _job(3)[0].load_state_dict(_merged(*at_three))
+    _job(3)[0].load_state_dict(merged(*at_three))
 
 
 def test_independent_ranks_resume_where_each_stopped():
     """Ranks that do not train in lockstep opt in: the remaining positions are re-planned (G2)."""
     first = _job(2)
-    mixed = _merged(_lockstep(first[:1], 3)[0], _lockstep(first[1:], 1)[0])
+    mixed = merged(_lockstep(first[:1], 3)[0], _lockstep(first[1:], 1)[0])
     served = []
     for loader in _job(1, batch_size=4):
         loader.load_state_dict(mixed, independent_ranks=True)
@@ -77,7 +71,7 @@ def test_independent_ranks_resume_where_each_stopped():
 def test_entries_of_two_saves_are_refused_by_load_checkpoint(tmp_path):
     """DCP writes one save's entries; merged states of two steps saved together are refused
     at load, at the same and at another world size."""
-    mixed = _merged(_lockstep(_job(2), 4)[0], _lockstep(_job(2), 1)[1])
+    mixed = merged(_lockstep(_job(2), 4)[0], _lockstep(_job(2), 1)[1])
     save_checkpoint({"loader": mixed}, str(tmp_path), 4)
     message = MIXED.format(listed="ranks [0] at global step 4; ranks [1] at global step 1")
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
@@ -85,7 +79,7 @@ def test_entries_of_two_saves_are_refused_by_load_checkpoint(tmp_path):
 
 
 def test_entries_of_two_saves_are_refused_under_lightning():
-    mixed = _merged(_lockstep(_job(2), 2)[0], _lockstep(_job(2), 1)[1])
+    mixed = merged(_lockstep(_job(2), 2)[0], _lockstep(_job(2), 1)[1])
     message = MIXED.format(listed="ranks [0] at global step 2; ranks [1] at global step 1")
     with pytest.raises(ResumeStateError, match=f"^{re.escape(message)}$"):
         LightningLoader(_job(1, batch_size=4)[0]).load_state_dict(mixed)
@@ -99,9 +93,9 @@ def test_an_entry_without_a_step_beside_one_with_a_step_is_refused():
     states[1]["rank_1"][PROGRESS_KEY] = old
     listed = "ranks [0] at global step 2; ranks [1] at an unrecorded global step (saved by an older dist_resume)"
     with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
-        _job(2)[0].load_state_dict(_merged(*states))
+        _job(2)[0].load_state_dict(merged(*states))
     states[0]["rank_0"][PROGRESS_KEY] = states[0]["rank_0"][PROGRESS_KEY][:FIRST_FIELDS].clone()
-    _job(3)[0].load_state_dict(_merged(*states))  # an old save: loads, unchecked
+    _job(3)[0].load_state_dict(merged(*states))  # an old save: loads, unchecked
 
 
 def _step(state: dict, rank: int) -> int:
@@ -120,7 +114,7 @@ def test_lockstep_saves_load_and_a_rank_behind_is_refused(length, world_size, ba
 
     states = _lockstep(job(), steps)
     assert [_step(state, rank) for rank, state in enumerate(states)] == [steps] * world_size
-    job()[0].load_state_dict(_merged(*states))
+    job()[0].load_state_dict(merged(*states))
     if steps == 0 or world_size == 1:
         return
     rank = behind % world_size
@@ -128,7 +122,7 @@ def test_lockstep_saves_load_and_a_rank_behind_is_refused(length, world_size, ba
     if int(earlier[f"rank_{rank}"][PROGRESS_KEY][FIELDS.index("epoch_finished")]):
         return  # a rank that consumed its whole epoch stands at its end, whatever step its peers are at
     with pytest.raises(ResumeStateError, match="^loader state entries come from different saves"):
-        job()[0].load_state_dict(_merged(*states[:rank], earlier, *states[rank + 1:]))
+        job()[0].load_state_dict(merged(*states[:rank], earlier, *states[rank + 1:]))
 
 
 def test_with_a_custom_sampler_ranks_compare_their_batch_of_the_epoch():
@@ -152,9 +146,9 @@ def test_with_a_custom_sampler_ranks_compare_their_batch_of_the_epoch():
     next(iter(behind[1]))
     listed = "ranks [0] at batch 3 of epoch 0; ranks [1] at batch 1 of epoch 0"
     with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
-        job()[0].load_state_dict(_merged(ahead[0].state_dict(), behind[1].state_dict()))
+        job()[0].load_state_dict(merged(ahead[0].state_dict(), behind[1].state_dict()))
     assert next(iterators[0], None) is None  # rank 0's pass ended: it stands at epoch 1's start
-    job()[0].load_state_dict(_merged(ahead[0].state_dict(), ahead[1].state_dict()))  # one save
+    job()[0].load_state_dict(merged(ahead[0].state_dict(), ahead[1].state_dict()))  # one save
 
 
 def test_ranks_that_consumed_their_whole_epoch_are_one_save_before_their_pass_ends():
@@ -174,8 +168,8 @@ def test_ranks_that_consumed_their_whole_epoch_are_one_save_before_their_pass_en
         return [loader.state_dict() for loader in loaders]
 
     for loader in job():
-        loader.load_state_dict(_merged(*taken((4, 3))))
-        loader.load_state_dict(_merged(*taken((3, 3))))
+        loader.load_state_dict(merged(*taken((4, 3))))
+        loader.load_state_dict(merged(*taken((3, 3))))
     listed = "ranks [1] at global step 3; ranks [0] at global step 2"
     with pytest.raises(ResumeStateError, match=f"^{re.escape(MIXED.format(listed=listed))}$"):
-        job()[0].load_state_dict(_merged(*taken((2, 3))))
+        job()[0].load_state_dict(merged(*taken((2, 3))))

@@ -23,6 +23,7 @@ from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.rank_table import RANK_TABLE_KEY, decode_column, encode_column
 from tests.hostile_files import read_metadata
 from tests.layout import committed_dir
+from tests.merged_states import merged_from
 from tests.mixture_datasets import mixture
 from tests.stream_jobs import all_items, flat, make_loader, make_stream, run_job, write_shards
 from tests.stream_mixture_jobs import make_mixture, write_sources
@@ -37,16 +38,23 @@ def _loader(rank: int, world_size: int, **kwargs) -> ResumableDataLoader:
                                world_size=world_size, **kwargs)
 
 
-def _save_job(url: Path, world_size: int, steps: int) -> None:
-    """One save of `world_size` ranks that each consumed `steps` batches (a lockstep job)."""
+def _taken(make, world_size: int, steps: int, before=lambda loader: None) -> dict:
+    """The merged state of a lockstep job whose ranks' loaders, `make(rank, world_size)`,
+    each went through `before` and then consumed `steps` batches."""
     merged: dict = {}
     for rank in range(world_size):
-        loader = _loader(rank, world_size)
+        loader = make(rank, world_size)
+        before(loader)
         iterator = iter(loader)
         for _ in range(steps):
             next(iterator)
         merged.update(loader.state_dict())
-    save_checkpoint({"loader": merged}, str(url), 1)
+    return merged
+
+
+def _save_job(url: Path, world_size: int, steps: int) -> None:
+    """One save of `world_size` ranks that each consumed `steps` batches (a lockstep job)."""
+    save_checkpoint({"loader": _taken(_loader, world_size, steps)}, str(url), 1)
 
 
 def _reads(monkeypatch) -> list[str]:
@@ -108,26 +116,31 @@ def test_a_step_saved_without_a_table_loads_every_ranks_entries(tmp_path: Path, 
     assert len(reads) > 3  # an item per saved rank's entry
 
 
-def test_holes_of_in_order_false_come_through_the_table(tmp_path: Path) -> None:
-    """Two ranks each with a straggler (batch 0 held back, batch 1 delivered) resume at three
-    ranks: every sample exactly once."""
+def _straggling_job() -> tuple[dict, list[int]]:
+    """Two in_order=False ranks whose batch 0 waits at a gate while each delivers its batch 1:
+    their merged state, taken with batch 0 still in flight, and the samples delivered. The
+    gates are open on return, so the held workers can finish."""
     gates = [multiprocessing.Event(), multiprocessing.Event()]
     loaders = [ResumableDataLoader(Gated(40, {rank * 4 + 1}, gates[rank]), batch_size=4, num_workers=2,
                                    in_order=False, seed=3, shuffle=False, rank=rank, world_size=2)
                for rank in range(2)]
     iterators = [iter(loader) for loader in loaders]
     delivered = [int(i) for iterator in iterators for i in next(iterator)[0]]
-    merged: dict = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
+    merged = merged_from(loaders)
     for gate in gates:
         gate.set()
     del iterators
+    return merged, delivered
+
+
+def test_holes_of_in_order_false_come_through_the_table(tmp_path: Path) -> None:
+    """Two ranks each with a straggler (batch 0 held back, batch 1 delivered) resume at three
+    ranks: every sample exactly once."""
+    merged, delivered = _straggling_job()
     save_checkpoint({"loader": merged}, str(tmp_path), 1)
     after = []
     for rank in range(3):
-        resumed = ResumableDataLoader(Gated(40, set(), gates[0]), batch_size=2, in_order=False, seed=3,
-                                      shuffle=False, rank=rank, world_size=3)
+        resumed = _holes(rank, 3)
         load_checkpoint({"loader": resumed}, str(tmp_path))
         padding = resumed.padding_positions()
         indices = [int(i) for batch in resumed for i in batch[0]]
@@ -195,13 +208,7 @@ def test_a_stream_resumes_at_another_world_size_through_the_table(tmp_path: Path
 
 
 def test_skipped_ranges_come_through_the_table(tmp_path: Path) -> None:
-    merged: dict = {}
-    for rank in range(2):
-        loader = _loader(rank, 2)
-        loader.skip(3)
-        iterator = iter(loader)
-        next(iterator)
-        merged.update(loader.state_dict())
+    merged = _taken(_loader, 2, 1, lambda loader: loader.skip(3))
     save_checkpoint({"loader": merged}, str(tmp_path), 1)
     loader, reference = _loader(0, 3), _loader(0, 3)
     load_checkpoint({"loader": loader}, str(tmp_path))
@@ -256,18 +263,6 @@ def _plain(value):
     return value
 
 
-def _taken(make, world_size: int, steps: int, before=lambda loader: None) -> dict:
-    merged: dict = {}
-    for rank in range(world_size):
-        loader = make(rank, world_size)
-        before(loader)
-        iterator = iter(loader)
-        for _ in range(steps):
-            next(iterator)
-        merged.update(loader.state_dict())
-    return merged
-
-
 def _map_style(rank: int, world_size: int) -> ResumableDataLoader:
     return _loader(rank, world_size)
 
@@ -301,19 +296,7 @@ def _holes(rank: int, world_size: int) -> ResumableDataLoader:
 
 def _holes_saved() -> dict:
     """Two ranks that each delivered batch 1 of their in_order=False order before batch 0 (a hole)."""
-    gates = [multiprocessing.Event(), multiprocessing.Event()]
-    loaders = [ResumableDataLoader(Gated(40, {rank * 4 + 1}, gates[rank]), batch_size=4, num_workers=2,
-                                   in_order=False, seed=3, shuffle=False, rank=rank, world_size=2)
-               for rank in range(2)]
-    iterators = [iter(loader) for loader in loaders]
-    for iterator in iterators:
-        next(iterator)
-    merged: dict = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
-    for gate in gates:
-        gate.set()
-    del iterators
+    merged, _ = _straggling_job()
     assert all(len(merged[f"rank_{rank}"]["delivered__load_with_dist_resume_load_checkpoint"]) > 1 for rank in range(2))
     return merged
 

@@ -16,6 +16,7 @@ from dist_resume.cli import main
 from dist_resume.positions.epoch_order import EpochOrder
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.skips import SKIPS_KEY, SkippedRange
+from tests.merged_states import merged_from
 from tests.skip_worker import ReadLog, reads
 
 LENGTH, SEED = 20, 3
@@ -127,13 +128,6 @@ def _job(world_size: int, batch_size: int, path: Path) -> list[ResumableDataLoad
                                 world_size=world_size, even_batches=False) for rank in range(world_size)]
 
 
-def _merged(loaders: list[ResumableDataLoader]) -> dict:
-    merged: dict = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
-    return merged
-
-
 def test_skips_survive_a_resume_at_another_world_size_and_batch_size(tmp_path: Path) -> None:
     """G2: 2 ranks x 3 consume 1 step, skip 2 (positions 6-17), save; 3 ranks x 1 resume,
     skip 1 more (18-20) and train the rest: 0-5 and 21-29, each once; the ranges merge."""
@@ -141,12 +135,12 @@ def test_skips_survive_a_resume_at_another_world_size_and_batch_size(tmp_path: P
     before = _job(2, 3, log)
     trained = [_flat([next(iter(loader))]) for loader in before]
     assert [loader.skip(2) for loader in before] == [2, 2]
-    plan = plan_resume(_merged(before), 3, 1)  # what `dist-resume plan` shows: the skipped are consumed
+    plan = plan_resume(merged_from(before), 3, 1)  # what `dist-resume plan` shows: the skipped are consumed
     assert sorted(p for rank in range(3) for batch in plan.batches(rank)
                   for p in batch.positions[:len(batch.positions) - batch.padding]) == list(range(18, 30))
     after = _job(3, 1, log)
     for loader in after:
-        loader.load_state_dict(_merged(before))
+        loader.load_state_dict(merged_from(before))
         assert loader.skip(1) == 1
     trained += [_flat(loader) for loader in after]
     assert sorted(i for part in trained for i in part) == list(range(6)) + list(range(21, 30))
@@ -163,7 +157,7 @@ def test_a_state_whose_ranks_skipped_differently_is_refused(tmp_path: Path) -> N
             r"^loader state entries disagree on the skipped ranges \(rank 0: epoch 0: global batches 0 to 0 \(1\), "
             r"positions 0 to 5 \(6\); rank 1: epoch 0: global batches 0 to 1 \(2\), positions 0 to 11 \(12\)\): "
             r"every rank must call skip\(\) with the same number of batches$")):
-        _job(3, 1, tmp_path / "reads.log")[0].load_state_dict(_merged(loaders))
+        _job(3, 1, tmp_path / "reads.log")[0].load_state_dict(merged_from(loaders))
 
 
 def test_a_malformed_skip_record_is_refused(tmp_path: Path) -> None:
@@ -184,7 +178,7 @@ def test_inspect_shows_what_was_skipped(tmp_path: Path, capsys: pytest.CaptureFi
         next(iter(loader))
         loader.skip(2)
     url = str(tmp_path / "ckpt")
-    save_checkpoint({"loader": _merged(loaders)}, url, 4)
+    save_checkpoint({"loader": merged_from(loaders)}, url, 4)
     assert main(["inspect", url]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "step 4: data loader state of 2 rank(s) under 'loader'",
@@ -213,7 +207,7 @@ def test_a_mixture_skips_by_position_too() -> None:
     trained = [samples(next(iter(loader))) for loader in job]
     assert [loader.skip(3) for loader in job] == [3, 3]
     resumed = loaders(1)[0]
-    resumed.load_state_dict(_merged(job))
+    resumed.load_state_dict(merged_from(job))
     trained += [samples(batch) for batch in resumed]
     assert sorted(s for batch in trained for s in batch) == sorted(
         positions[p] for p in [*range(8), *range(32, 60)])
@@ -236,7 +230,7 @@ def test_after_the_epochs_end_no_rank_skips_any_of_it(tmp_path: Path) -> None:
             next(iterator)
     resumed = job()
     for loader in resumed:
-        loader.load_state_dict(_merged(done))
+        loader.load_state_dict(merged_from(done))
         with pytest.warns(UserWarning, match=r"^ResumableDataLoader.skip\(1\) stopped at the end of epoch 0: 0 global"):
             assert loader.skip(1) == 0
         assert loader.skipped == ()

@@ -15,6 +15,7 @@ from torch.utils.data import IterableDataset
 
 from dist_resume import ResumableDataLoader
 
+from .merged_states import merged_from
 from .stream_jobs import all_items, make_stream, write_shards
 from .stream_mixture_jobs import GLOBAL_BATCH as MIXTURE_BATCH
 from .stream_mixture_jobs import job as mixture_job
@@ -46,13 +47,6 @@ def _steps(loaders: list[ResumableDataLoader], steps: int | None) -> list[list[i
     return [sum((batches[step] for batches in per_rank), []) for step in range(len(per_rank[0]))]
 
 
-def _state(loaders: list[ResumableDataLoader]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
-    return merged
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_skip_survives_a_resume_at_another_world_size_and_trains_nothing_it_passed_over(urls, num_workers):
     uninterrupted = _steps(_loaders(urls, 1, 0, None), None)
@@ -60,7 +54,7 @@ def test_a_skip_survives_a_resume_at_another_world_size_and_trains_nothing_it_pa
     trained = _steps(loaders, 2)
     assert [loader.skip(3) for loader in loaders] == [3, 3]
     trained += _steps(loaders, 1)
-    resumed = _loaders(urls, 3, 1, _state(loaders))
+    resumed = _loaders(urls, 3, 1, merged_from(loaders))
     assert [str(r) for r in resumed[0].skipped] == [
         "epoch 0: global batches 2 to 4 (3), positions 12 to 29 (18)"]
     trained += _steps(resumed, None)
@@ -92,7 +86,7 @@ def test_a_mixture_of_streams_skips_global_steps_too(tmp_path):
                                    seed=3) for rank in range(2)]
     trained = _steps(loaders, 1)
     assert [loader.skip(2) for loader in loaders] == [2, 2]
-    steps, _ = mixture_job(make_mixture(urls, canonical_streams=4), 3, 1, _state(loaders), None)
+    steps, _ = mixture_job(make_mixture(urls, canonical_streams=4), 3, 1, merged_from(loaders), None)
     assert trained + steps == reference[:1] + reference[3:]
 
 

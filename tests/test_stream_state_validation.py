@@ -13,7 +13,7 @@ import torch
 
 from dist_resume import ResumableDataLoader, ResumeStateError
 
-from .stream_jobs import SHARD_SIZES, make_loader, make_stream, write_shards
+from .stream_jobs import SHARD_SIZES, make_loader, make_stream, run_job, write_shards
 from .tutorial_datasets import Counting
 
 ENTRY = "loader state entry 'rank_0' stream"
@@ -93,11 +93,7 @@ def test_damaged_stream_state_names_the_field(saved, edit, message) -> None:
 
 def test_elastic_resume_checks_every_ranks_entry(tmp_path) -> None:
     stream = make_stream(write_shards(str(tmp_path)))
-    state: dict[str, Any] = {}
-    for rank in range(2):
-        loader = make_loader(stream, rank, 2, 0)
-        next(iter(loader))
-        state.update(loader.state_dict())
+    _, state = run_job(stream, 2, 0, None, 1)
     canonical = state["rank_1"]["stream"]["canonical"].clone()
     canonical[2] = -1
     state["rank_1"]["stream"]["canonical"] = canonical

@@ -18,6 +18,7 @@ from dist_resume.state.delivered import DELIVERED_KEY
 from dist_resume.state.fields import ResumeStateError
 from tests.datasets import Augmented, Indices, Squares
 from tests.layout import committed_dir
+from tests.merged_states import merged_from
 from tests.unordered_datasets import Gated
 
 
@@ -33,14 +34,6 @@ def unpadded_indices(loader: ResumableDataLoader) -> list[int]:
     for position in padding:
         indices.remove(position)
     return indices
-
-
-def merged(*state_dicts: dict) -> dict:
-    """The state dicts of every rank of a job, as one (what load_checkpoint hands each rank)."""
-    result: dict = {}
-    for state in state_dicts:
-        result.update(state)
-    return result
 
 
 @pytest.mark.parametrize("workers_before, workers_after", [(0, 2), (2, 0), (2, 3)])
@@ -116,7 +109,7 @@ def test_two_ranks_with_stragglers_resume_at_three_ranks_exactly_once():
     iterators = [iter(loader) for loader in loaders]
     delivered = [indices_of([next(iterator)]) for iterator in iterators]
     delivered[1] += indices_of([next(iterators[1])])
-    state = merged(*(loader.state_dict() for loader in loaders))
+    state = merged_from(loaders)
     for gate in gates:
         gate.set()
     del iterators

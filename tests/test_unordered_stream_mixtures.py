@@ -20,7 +20,7 @@ from dist_resume.mixtures.inspection import describe
 from dist_resume.state.saved import decode
 from dist_resume.streams import ShardedStream
 
-from .stream_jobs import read_jsonl
+from .stream_jobs import read_jsonl, run_ranks
 from .stream_mixture_jobs import (
     GLOBAL_BATCH, LENGTH, MAP_BASE, assert_once_per_source_epoch, make_mixture, source_of, write_sources,
 )
@@ -41,14 +41,9 @@ def job(mixture: Mixture, world_size: int, num_workers: int, state: dict[str, An
         **options: Any) -> tuple[list[int], dict[str, Any]]:
     """Every rank loads `state` and takes `steps` batches (None: to the epoch's end); the
     items consumed, and the merged state of every rank (what load_checkpoint hands on)."""
-    consumed, merged = [], {}
-    for rank in range(world_size):
-        loader = loader_of(mixture, rank, world_size, num_workers, **options)
-        if state is not None:
-            loader.load_state_dict(state)
-        consumed += [item for batch in itertools.islice(loader, steps) for item in batch.tolist()]
-        merged.update(loader.state_dict())
-    return consumed, merged
+    per_rank, merged = run_ranks(lambda rank: loader_of(mixture, rank, world_size, num_workers, **options),
+                                 world_size, state, steps)
+    return [item for items in per_rank for item in items], merged
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["streams", "streams-and-map-style"])

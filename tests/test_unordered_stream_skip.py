@@ -18,6 +18,7 @@ import pytest
 from dist_resume import Mixture, ResumableDataLoader
 from dist_resume.streams import ShardedStream
 
+from .merged_states import merged_from
 from .stream_jobs import all_items, read_jsonl, write_shards
 from .stream_mixture_jobs import LENGTH, STAGES, write_sources
 from .unordered_datasets import GatedReader, RecordingTransform, recorded
@@ -46,13 +47,6 @@ def _take(loaders: list[ResumableDataLoader], steps: int | None) -> list[int]:
     return items
 
 
-def _state(loaders: list[ResumableDataLoader]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for loader in loaders:
-        merged.update(loader.state_dict())
-    return merged
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_skip_reads_nothing_it_passes_over_and_survives_a_resume_at_another_world_size(tmp_path, num_workers):
     urls = write_shards(str(tmp_path))
@@ -61,7 +55,7 @@ def test_a_skip_reads_nothing_it_passes_over_and_survives_a_resume_at_another_wo
     loaders = _loaders(stream, 2, num_workers, None, 3)
     trained = _take(loaders, 2)
     if num_workers:  # workers' batches arrive in any order: skip after a load at the same layout
-        state = _state(loaders)
+        state = merged_from(loaders)
         del loaders
         gc.collect()
         loaders = _loaders(stream, 2, num_workers, state, 3)
@@ -69,7 +63,7 @@ def test_a_skip_reads_nothing_it_passes_over_and_survives_a_resume_at_another_wo
     assert [loader.skip(3) for loader in loaders] == [3, 3]
     assert len({tuple(loader.skipped) for loader in loaders}) == 1
     trained += _take(loaders, 1)
-    state = _state(loaders)
+    state = merged_from(loaders)
     del loaders
     gc.collect()
     resumed = _loaders(stream, 3, 1, state, 2)
@@ -97,7 +91,7 @@ def test_a_mixture_of_streams_skips_with_in_order_false(tmp_path):
     loaders = _loaders(mixture(), 2, 0, None, 6)
     trained = _take(loaders, 1)
     assert [loader.skip(2) for loader in loaders] == [2, 2]
-    trained += _take(_loaders(mixture(), 3, 1, _state(loaders), 4), None)
+    trained += _take(_loaders(mixture(), 3, 1, merged_from(loaders), 4), None)
     skipped = Counter(whole) - Counter(trained)
     assert sum(skipped.values()) == 24 and Counter(trained) + skipped == Counter(whole)
     assert not set(skipped) & set(recorded(reads)) - set(trained)

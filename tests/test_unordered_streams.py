@@ -17,7 +17,7 @@ import pytest
 
 from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.streams import ShardedStream
-from tests.stream_jobs import all_items, make_stream, write_shards
+from tests.stream_jobs import all_items, make_stream, run_ranks, write_shards
 from tests.unordered_datasets import GatedReader, WorkerSplit
 
 
@@ -36,15 +36,9 @@ def loader_of(stream: ShardedStream, rank: int = 0, world_size: int = 1, num_wor
 def job(stream, world_size, num_workers, state, steps, **options) -> tuple[list[int], dict]:
     """Every rank loads `state` and takes `steps` batches (None: to the epoch's end); the
     items consumed, and the merged state of every rank (what load_checkpoint hands on)."""
-    consumed, merged = [], {}
-    for rank in range(world_size):
-        loader = loader_of(stream, rank, world_size, num_workers, **options)
-        if state is not None:
-            loader.load_state_dict(state)
-        batches = list(itertools.islice(loader, steps))
-        consumed += [item for batch in batches for item in batch.tolist()]
-        merged.update(loader.state_dict())
-    return consumed, merged
+    per_rank, merged = run_ranks(lambda rank: loader_of(stream, rank, world_size, num_workers, **options),
+                                 world_size, state, steps)
+    return [item for items in per_rank for item in items], merged
 
 
 @pytest.mark.parametrize("workers_before, workers_after", [(0, 2), (2, 0), (2, 3)])

@@ -16,41 +16,13 @@ stops at that moment, writes ``ready`` and waits for SIGKILL:
 from __future__ import annotations
 
 import json
-import os
 import sys
-import threading
 import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fsspec.implementations.local import LocalFileSystem
-
-
-def _wait_for_kill(ready: str, step: int) -> None:
-    Path(f"{ready}.partial").write_text(str(step))
-    os.replace(f"{ready}.partial", ready)
-    threading.Event().wait()  # until SIGKILL
-
-
-class BlockingFileSystem(LocalFileSystem):
-    """Local files; once ``ready`` is set, the next shard write stores 100 bytes, writes
-    ``ready`` and blocks until the process is killed."""
-
-    protocol = "killblock"
-    ready: str | None = None
-
-    @classmethod
-    def _strip_protocol(cls, path: str) -> str:
-        return super()._strip_protocol(path.removeprefix("killblock://"))
-
-    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
-        file = super()._open(path, mode, **kwargs)
-        if self.ready and "w" in mode and path.endswith(".distcp"):
-            file.write(b"\0" * 100)
-            file.flush()
-            _wait_for_kill(self.ready, -1)
-        return file
+from tests.kill_points import BlockingFileSystem, wait_for_kill
 
 
 def main(args: dict[str, Any]) -> None:
@@ -98,7 +70,7 @@ def main(args: dict[str, Any]) -> None:
                 record.write(f"{step} {epoch} {padding if final else 0} {','.join(map(str, batch.tolist()))}\n")
                 record.flush()
                 if kind in ("training", "workers_busy") and step == target:
-                    _wait_for_kill(args["ready"], step)
+                    wait_for_kill(args["ready"], step)
                 if step % args["save_every"]:
                     continue
                 armed = kind in ("sync_save", "async_save") and step >= target and rank == victim
@@ -109,7 +81,7 @@ def main(args: dict[str, Any]) -> None:
                 if kind == "after_commit" and step >= target:
                     if handle is not None:
                         handle.result()  # committed
-                    _wait_for_kill(args["ready"], step)
+                    wait_for_kill(args["ready"], step)
     if handle is not None:
         handle.result()
     dist.destroy_process_group()
