@@ -114,8 +114,12 @@ def entries_from_table(loaded: Mapping[str, Any]) -> dict[str, Any]:
         column = _at(table, path)
         if column is None:
             continue
+        *groups, leaf = path
         for rank, values in decode_column(column, f"loader state's rank table field {'.'.join(path)!r}").items():
-            set_path(merged, (rank_key(rank), *path), values)
+            entry = merged.setdefault(rank_key(rank), {})  # set_path's generality costs ~1 us a rank
+            for group in groups:
+                entry = entry.setdefault(group, {})
+            entry[leaf] = values
     for key, value in loaded.items():
         if key != RANK_TABLE_KEY:
             _merge(merged, key, value)
