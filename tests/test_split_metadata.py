@@ -250,3 +250,20 @@ def test_a_record_damaged_for_one_rank_fails_every_rank_at_once(tmp_path: Path) 
         f"CheckpointError: cannot load step 1 at {url}: it failed on rank 1 (that rank's error says why)",
         f"CheckpointCorruptError: step 1 at {url} is damaged: rank 1's record in {RANK_ENTRIES} holds other "
         "entries than that rank's"]
+
+
+@pytest.mark.parametrize("name", [".metadata", SHARED])
+def test_a_metadata_object_without_its_fields_is_one_error(tmp_path: Path, name: str) -> None:
+    """A crafted pickle can build DCP's Metadata without the fields its class declares (found by
+    the fuzz test above): one CheckpointCorruptError, not an AttributeError from the checks."""
+    _save(tmp_path, 2)
+    step_dir = committed_dir(tmp_path, 1)
+    metadata = pickle.loads((step_dir / name).read_bytes())
+    del metadata.state_dict_metadata
+    (step_dir / name).write_bytes(pickle.dumps(metadata))
+    if name == ".metadata":
+        for split in (SHARED, RANK_ENTRIES):
+            (step_dir / split).unlink()
+    with pytest.raises(CheckpointCorruptError, match=re.escape(
+            f"step 1 at {tmp_path} is damaged: its metadata is malformed (AttributeError)")):
+        _load(tmp_path)

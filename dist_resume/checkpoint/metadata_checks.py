@@ -86,6 +86,13 @@ def _check_path(fqn: str, path: Any, entries: int, where: str) -> None:
 def check_metadata(metadata: Metadata, sizes: dict[str, int], where: str) -> None:
     """Every entry of ``metadata`` within the stored bytes: ``sizes`` maps each file the
     metadata names to its real size. Run before anything is allocated from the metadata."""
+    try:
+        _check_entries(metadata, sizes, where)
+    except (AttributeError, TypeError) as exc:  # an object unpickled without the fields its class declares
+        raise CheckpointCorruptError(f"{where} is damaged: its metadata is malformed ({type(exc).__name__})") from None
+
+
+def _check_entries(metadata: Metadata, sizes: dict[str, int], where: str) -> None:
     entries = metadata.state_dict_metadata
     if not isinstance(entries, dict) or not isinstance(metadata.storage_data, dict) or \
             not isinstance(metadata.planner_data, dict):

@@ -77,7 +77,8 @@ def tabled_keys(metadata: Metadata) -> set[str]:
 
 def _saved_rank(path: Any, tabled: set[str]) -> int | None:
     """The rank whose entry of a tabled loader ``path`` (a planner path) lies in, else None."""
-    if len(path) < 3 or path[0] not in tabled or not isinstance(path[1], str) or not path[1].startswith(RANK_PREFIX):
+    if not isinstance(path, (tuple, list)) or len(path) < 3 or not isinstance(path[0], str) or \
+            path[0] not in tabled or not isinstance(path[1], str) or not path[1].startswith(RANK_PREFIX):
         return None
     number = path[1][len(RANK_PREFIX):]
     return int(number) if number.isdigit() else None
@@ -141,17 +142,28 @@ def with_rank_entries(loc: Location, directory: str, shared: Metadata, ranks: se
         if ends[index] - begin > _MAX_RECORD:
             raise CheckpointCorruptError(f"{where} is damaged: rank {rank}'s record in {RANK_ENTRIES} is too long")
         record = unpickle_metadata(read_range(loc, path, start + begin, ends[index] - begin, where), loc.url_of(path))
-        fqns = record.state_dict_metadata.keys() if isinstance(record.state_dict_metadata, dict) else ()
-        if not isinstance(record.planner_data, dict) or not isinstance(record.storage_data, dict) or \
-                record.planner_data.keys() != fqns or \
-                any(_saved_rank(place, tabled) != rank for place in record.planner_data.values()) or \
-                any(getattr(index, "fqn", None) not in fqns for index in record.storage_data):
-            raise CheckpointCorruptError(f"{where} is damaged: rank {rank}'s record in {RANK_ENTRIES} holds "
-                                         "other entries than that rank's")
-        merged.state_dict_metadata.update(record.state_dict_metadata)
-        merged.planner_data.update(record.planner_data)
-        merged.storage_data.update(record.storage_data)
+        entries, paths, stored = _own_record(record, rank, tabled, where)
+        merged.state_dict_metadata.update(entries)
+        merged.planner_data.update(paths)
+        merged.storage_data.update(stored)
     return _checked(loc, directory, merged, where)
+
+
+def _own_record(record: Metadata, rank: int, tabled: set[str], where: str) -> tuple[dict, dict, dict]:
+    """The entries, planner paths and stored data of ``rank``'s record: refused unless they
+    are that rank's entries of tabled loaders, and the data of those entries only."""
+    try:
+        entries, paths, stored = (getattr(record, name, None)
+                                  for name in ("state_dict_metadata", "planner_data", "storage_data"))
+        fqns = entries.keys() if isinstance(entries, dict) else None
+        if fqns is not None and isinstance(paths, dict) and isinstance(stored, dict) and paths.keys() == fqns and \
+                all(_saved_rank(place, tabled) == rank for place in paths.values()) and \
+                all(getattr(index, "fqn", None) in fqns for index in stored):
+            return entries, paths, stored
+    except TypeError:  # an unhashable name
+        pass
+    raise CheckpointCorruptError(f"{where} is damaged: rank {rank}'s record in {RANK_ENTRIES} holds other entries "
+                                 "than that rank's")
 
 
 def _words(loc: Location, path: str, offset: int, count: int, size: int, where: str) -> tuple[int, ...]:
