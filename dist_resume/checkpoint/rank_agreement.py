@@ -43,10 +43,11 @@ def require_agreement(loc: Location, group: dist.ProcessGroup | None, verb: str,
     every: list[tuple[tuple[object, ...], str, dict[str, object], dict[str, str], str | None] | None] = \
         [None] * dist.get_world_size(group)
     dist.all_gather_object(every, (place, printable, arguments, skipped or {}, refusal), group=group)
-    _raise_refusals([theirs[-1] for theirs in every], verb, arguments.get("step"))  # type: ignore[index]
     places = _disagreement([(theirs, shown) for theirs, shown, *_ in every])  # type: ignore[misc]
-    differing = {name: _disagreement([(theirs[name], repr(theirs[name])) for _, _, theirs, *_ in every])  # type: ignore[misc]
-                 for name in arguments}
+    differing = {name: _disagreement([(theirs[name], repr(theirs[name]))  # type: ignore[misc]
+                                      for _, _, theirs, *_ in every]) for name in arguments}
+    _raise_refusals([theirs[-1] for theirs in every], verb,  # type: ignore[index]
+                    arguments.get("step") if differing.get("step") is None else None)
     loader_skips = [theirs for *_, theirs, _ in every]  # type: ignore[misc]
     skips = {key: _disagreement([(theirs.get(key), theirs.get(key, "no such loader")) for theirs in loader_skips])
              for key in sorted({key for theirs in loader_skips for key in theirs})}

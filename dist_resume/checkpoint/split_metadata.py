@@ -28,8 +28,8 @@ from typing import Any
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.storage import WriteResult
 
-from dist_resume.checkpoint.entry_fields import SHARED_FIELDS
 from dist_resume.checkpoint.bounded_files import file_size, read_range, read_whole
+from dist_resume.checkpoint.entry_fields import SHARED_FIELDS
 from dist_resume.checkpoint.metadata_checks import check_metadata, shard_sizes
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
 from dist_resume.errors import CheckpointCorruptError
@@ -67,12 +67,11 @@ class SplitMetadataWriter(CheckpointWriter):
                 stream.write(record)
 
 
-
 def tabled_keys(metadata: Metadata) -> set[str]:
     """The keys of the data loaders saved with a rank table in ``metadata`` (checked or not)."""
     paths = metadata.planner_data.values() if isinstance(metadata.planner_data, dict) else ()
-    return {path[0] for path in paths
-            if isinstance(path, (tuple, list)) and len(path) > 1 and isinstance(path[0], str) and path[1] == RANK_TABLE_KEY}
+    return {path[0] for path in paths if isinstance(path, (tuple, list)) and len(path) > 1
+            and isinstance(path[0], str) and path[1] == RANK_TABLE_KEY}
 
 
 def _saved_rank(path: Any, tabled: set[str]) -> int | None:
