@@ -32,7 +32,8 @@ class ShardFiles:
     latency to hide: they open when reached). Opening ahead fetches the shard's first
     `head_bytes` in one request and keeps them in memory: a shorter shard is read from
     there alone (one request in all); of a longer one the rest is read from its file,
-    opened ahead as well, when reading gets there. An open that failed, in the
+    opened ahead as well, its first bytes after the head fetched (as far as the file's
+    own buffering reads ahead). An open that failed, in the
     background or not, fails `open` of that shard (never earlier) with a `StorageError`
     naming the shard's URL and the cause, secrets removed. Use as a context manager:
     leaving it closes the file opened ahead and not handed out."""
@@ -108,7 +109,12 @@ class ShardFiles:
         file = None
         try:
             file = retry(location.fs.open, location.root, "rb")
-            return file if head is None else HeadFirstFile(head, file, location.fs, location.root)
+            if head is None:
+                return file
+            if file.seekable():  # the bytes after the head too, into the file's buffer (or the OS page cache)
+                file.seek(len(head))
+                file.read(1)
+            return HeadFirstFile(head, file, location.fs, location.root)
         except Exception as exc:
             if file is not None:
                 file.close()
