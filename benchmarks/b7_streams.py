@@ -141,7 +141,8 @@ def run(quick: bool) -> list[FigureResult]:
         f"{BATCH_SIZE}, default collate; each epoch timed from iter() (worker start included) to the last batch, "
         "and checked to hold every item once.",
         "ShardedStream opens each canonical stream's next S3 shard while it reads the current one (local files: "
-        "when reached); the plain recipe opens each shard when it reaches it. ShardedStream counts the shards' "
+        "when reached), a shard shorter than 4 MiB fetched whole in one GET; the plain recipe opens each shard "
+        "when it reaches it (fsspec.open: a HEAD, then a GET). ShardedStream counts the shards' "
         "lines once per loader (JsonlReader.count), in the dropped warm-up epoch. 'shuffle=True' adds the shard "
         "order and in-shard window shuffles (window 1024).",
         "JsonlReader declares draws_randomness = False, so ShardedStream reads it without seeding the global "

@@ -193,3 +193,34 @@ def test_a_forked_copy_opens_its_shards_itself(shards):
         assert results.get(timeout=WAIT) == ["2-0", "2-1"]
         with files.open(shards[2]) as file:  # the parent's own, untouched by the child
             assert list(JsonlReader()(file)) == ["2-0", "2-1"]
+
+
+def test_a_shard_shorter_than_the_head_is_read_from_memory_alone(tmp_path):
+    data = jsonl_bytes([f"line {i}" for i in range(5)])
+    url = write(f"recording://{tmp_path}/short.jsonl", data)
+    RecordingFileSystem.reset()
+    with ShardFiles([url], head_bytes=len(data) + 1) as files, files.open(url) as file:
+        assert RecordingFileSystem.wait_opened(path_of(url)) and RecordingFileSystem.all_closed()
+        assert file.path == path_of(url) and file.fs.protocol == "recording"  # named as fsspec's files are
+        assert list(JsonlReader()(file)) == [f"line {i}" for i in range(5)]
+        assert file.seek(-3, 2) == len(data) - 3 and file.read() == data[-3:]
+    assert RecordingFileSystem.opens() == [path_of(url)]  # its one read
+
+
+def test_a_shard_longer_than_the_head_reads_on_from_its_file(tmp_path):
+    """Its first bytes come from memory, the rest from its file (opened ahead too), across
+    the boundary for any read, seek and line."""
+    data = b"".join(b"%d\n" % i for i in range(40))  # 110 bytes
+    url = write(f"recording://{tmp_path}/long.txt", data)
+    RecordingFileSystem.reset()
+    with ShardFiles([url], head_bytes=17) as files, files.open(url) as file:  # the head ends inside b"8\n"
+        assert file.read(10) == data[:10] and file.read(10) == data[10:20]
+        assert file.seek(0) == 0 and file.read() == data
+        assert file.seek(14) == 14 and file.readline() == b"7\n" and file.readline() == b"8\n"
+        assert file.tell() == 18
+        assert file.seek(-5, 2) == len(data) - 5 and file.read() == data[-5:]
+        assert file.seek(3) == 3 and file.seek(4, 1) == 7 and file.read(12) == data[7:19]
+        assert file.seek(0) == 0 and list(file) == data.splitlines(keepends=True)
+        assert file.seekable() and file.readable()
+    assert RecordingFileSystem.opens() == [path_of(url), path_of(url)]  # the head's read, then the file
+    assert RecordingFileSystem.all_closed()

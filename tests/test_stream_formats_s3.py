@@ -10,6 +10,7 @@ import pytest
 
 from dist_resume.streams import ShardedStream
 from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader
+from dist_resume.streams.prefetch import ShardFiles
 
 from .format_files import jsonl_bytes, parquet_bytes, tar_bytes, write
 from .s3_server import s3_endpoint, s3_store  # noqa: F401
@@ -53,3 +54,23 @@ def test_a_malformed_s3_shard_is_named_by_its_url(s3_store):  # noqa: F811
     url = write(f"{s3_store}/bad.jsonl", b'{"a": 1}\n{"a": 2\n')
     with pytest.raises(ValueError, match=f"^{re.escape(url)}: line 2 is not valid JSON \\(Expecting ',' delimiter at column 8\\)"):
         list(ShardedStream([url], JsonlReader()))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_reader_on_s3_past_the_head_fetched_ahead(s3_store, name):  # noqa: F811
+    """A shard longer than the bytes fetched ahead: the rest is read from the S3 file (a
+    Parquet footer from its end, a tar on from the head)."""
+    reader, make = FORMATS[name]
+    shards = [make(shard) for shard in range(2)]
+    urls = [write(f"{s3_store}/{name}/{shard}.{name}", data) for shard, (data, _) in enumerate(shards)]
+    with ShardFiles(urls, head_bytes=100) as files:
+        for url, (data, items) in zip(urls, shards):
+            assert len(data) > 100
+            with files.open(url) as file:
+                assert list(reader(file)) == items
+
+
+def test_an_empty_s3_shard_is_read(s3_store):  # noqa: F811
+    """S3 refuses every byte range of an empty object: its fetch ahead falls back to opening it."""
+    urls = [write(f"{s3_store}/{name}.jsonl", jsonl_bytes(items)) for name, items in (("a", [1]), ("b", []), ("c", [2]))]
+    assert list(ShardedStream(urls, JsonlReader(), shuffle=False)) == [1, 2]

@@ -6,7 +6,7 @@ and the main-process cursor that resumes any stream exactly where its last yield
 left off, the checks of a saved stream state, and the step protocol (`steps`) by which a
 Mixture of streams is read the same way; a `ShardedStream` read with `in_order=False`
 (`unordered_*`: whole batches from each worker's own run of items); the shard formats (`formats/`) and shards
-opened ahead (`prefetch`). Imports `workers`, `positions`, `state`,
+opened ahead (`prefetch`, their first bytes held by `head_file`). Imports `workers`, `positions`, `state`,
 `storage`, `randomness`, `errors` and `arguments`; never the loader, which drives it."""
 
 from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader, hf_stream

@@ -1,6 +1,7 @@
-"""Shard files opened ahead: while one shard of a reading stream is read, the next is opened
-and its first bytes fetched in a background thread, so a slow object store's latency
-(connection, metadata request, first bytes) overlaps the reading instead of stalling it."""
+"""Shard files opened ahead: while one shard of a reading stream is read, the next one's
+first bytes are fetched in a background thread (the whole shard when it is small, the rest
+of it opened), so a slow object store's latency (connection, metadata request, first
+bytes) overlaps the reading instead of stalling it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
-
 import fsspec
 
-from dist_resume.storage import guarded, resolve, retry
+from dist_resume.storage import Location, guarded, resolve, retry
+from dist_resume.streams.head_file import HeadFirstFile
 
-WARM_BYTES = 1 << 16
+# A shard shorter than this comes whole in one request (held in memory until it is closed),
+# without the metadata request that opening a file makes: at the size of small shards that
+# request costs as much as the read.
+HEAD_BYTES = 1 << 22
 LOCAL_PROTOCOLS = (None, "file", "local")
 
 
@@ -25,16 +29,20 @@ class ShardFiles:
 
     `open(url)` hands out the next file, already open when it was prefetched, and starts
     opening the one after it in a background thread (not for local files, which have no
-    latency to hide: they open when reached). An open that failed, in the
+    latency to hide: they open when reached). Opening ahead fetches the shard's first
+    `head_bytes` in one request and keeps them in memory: a shorter shard is read from
+    there alone (one request in all); of a longer one the rest is read from its file,
+    opened ahead as well, its first bytes after the head fetched (as far as the file's
+    own buffering reads ahead). An open that failed, in the
     background or not, fails `open` of that shard (never earlier) with a `StorageError`
     naming the shard's URL and the cause, secrets removed. Use as a context manager:
     leaving it closes the file opened ahead and not handed out."""
 
     def __init__(self, urls: Iterable[str], storage_options: Mapping[str, Any] | None = None,
-                 warm_bytes: int = WARM_BYTES) -> None:
+                 head_bytes: int = HEAD_BYTES) -> None:
         self._urls = iter(urls)
         self._options = guarded(dict(storage_options or {}))
-        self._warm_bytes = warm_bytes
+        self._head_bytes = head_bytes
         self._ahead: tuple[str, Future | None] | None = None
         self._closed = False
         self._pid: int | None = None  # the process whose thread opens files (see _own_thread)
@@ -57,7 +65,7 @@ class ShardFiles:
             self._ahead = current
             raise ValueError(f"shard {url} opened out of the announced order (next announced: {expected})")
         self._ahead = None
-        file = self._warm_open(url, 0) if current[1] is None else current[1].result()
+        file = self._open(url, 0) if current[1] is None else current[1].result()
         self._ahead = self._start()
         return file
 
@@ -90,18 +98,35 @@ class ShardFiles:
             return None
         if fsspec.core.split_protocol(url)[0] in LOCAL_PROTOCOLS:  # no latency to hide: opened when reached
             return url, None
-        return url, self._thread.submit(self._warm_open, url, self._warm_bytes)
+        return url, self._thread.submit(self._open, url, self._head_bytes)
 
-    def _warm_open(self, url: str, warm_bytes: int) -> BinaryIO:
+    def _open(self, url: str, head_bytes: int) -> BinaryIO:
+        """The shard at `url` open, its first `head_bytes` read into memory (0: none)."""
         location = resolve(url, self._options)  # a bad URL raises its own clear error here
+        head = _head(location, head_bytes) if head_bytes else None
+        if head is not None and len(head) < head_bytes:  # the whole shard
+            return HeadFirstFile(head, None, location.fs, location.root)
         file = None
         try:
             file = retry(location.fs.open, location.root, "rb")
-            if warm_bytes and file.seekable():
-                file.read(warm_bytes)  # into the file's buffer, or the OS page cache
-                file.seek(0)
-            return file
+            if head is None:
+                return file
+            if file.seekable():  # the bytes after the head too, into the file's buffer (or the OS page cache)
+                file.seek(len(head))
+                file.read(1)
+            return HeadFirstFile(head, file, location.fs, location.root)
         except Exception as exc:
             if file is not None:
                 file.close()
             raise location.error("read shard", location.root, exc) from None
+
+
+def _head(location: Location, size: int) -> bytes | None:
+    """The first `size` bytes of the file at `location` (all of it if shorter), in one
+    request; None if that read failed. S3 refuses every byte range of an empty object, and
+    a read that fails for a real cause (missing, no permission) fails the plain open that
+    follows, with its retries and its own error: one request more, on that path only."""
+    try:
+        return location.fs.cat_file(location.root, start=0, end=size)
+    except Exception:
+        return None
