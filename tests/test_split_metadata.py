@@ -267,3 +267,12 @@ def test_a_metadata_object_without_its_fields_is_one_error(tmp_path: Path, name:
     with pytest.raises(CheckpointCorruptError, match=re.escape(
             f"step 1 at {tmp_path} is damaged: its metadata is malformed (AttributeError)")):
         _load(tmp_path)
+
+
+def test_a_step_that_lost_its_whole_metadata_is_damaged_though_the_load_does_not_read_it(tmp_path: Path) -> None:
+    """read_loader_states, inspect and plain dcp.load need it: the load reports the damage now."""
+    _save(tmp_path, 2, make=_shuffled)
+    (committed_dir(tmp_path, 1) / ".metadata").unlink()
+    with pytest.raises(CheckpointCorruptError,
+                       match=re.escape(f"step 1 at {tmp_path} is damaged: .metadata is missing")):
+        load_checkpoint({"loader": _shuffled(0, 3)}, str(tmp_path))

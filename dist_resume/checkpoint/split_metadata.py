@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from dist_resume.checkpoint.bounded_files import file_size, read_range, read_whole
 from dist_resume.checkpoint.entry_fields import SHARED_FIELDS
-from dist_resume.checkpoint.metadata_checks import check_metadata, shard_sizes
+from dist_resume.checkpoint.metadata_checks import METADATA, check_metadata, shard_sizes
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import MAX_WORLD_SIZE, RANK_PREFIX
@@ -112,6 +112,9 @@ def read_shared(loc: Location, directory: str, where: str, every_entry: set[str]
     path = posixpath.join(directory, SHARED)
     if not _exists(loc, path):
         return None
+    # not read here, but by read_loader_states, `dist-resume inspect` and plain dcp.load: a step
+    # that lost it is damaged, and is reported so now rather than when one of them needs it
+    file_size(loc, posixpath.join(directory, METADATA), where)
     shared = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
     if tabled_keys(shared) & every_entry:
         return None

@@ -33,6 +33,7 @@ from dist_resume import (
 from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import FIELDS, ResumeStateError
+from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import redact_url
 from tests.faults.summary import Summary
 from tests.layout import committed_dir
@@ -90,14 +91,18 @@ def _same(loaded: dict[str, Any], saved: dict[str, Any]) -> bool:
     return torch.equal(loaded["w"], saved["w"]) and torch.equal(ours["rank_0"]["progress"], theirs["rank_0"]["progress"])
 
 
+PROGRESS_COLUMN = f"loader.{RANK_TABLE_KEY}.progress"  # what a load reads of the saved ranks' progress
+
+
 def _progress_data_offset(step_dir: Path) -> int:
-    """Byte offset in the shard of the loader's progress tensor data (int64 per field)."""
+    """Byte offset in the shard of the saved rank's progress (int64 per field) in the rank
+    table's column, after its header of one rank: [1, rank 0, length]."""
     metadata = pickle.loads((step_dir / ".metadata").read_bytes())
-    [info] = [v for k, v in metadata.storage_data.items() if k.fqn == "loader.rank_0.progress"]
+    [info] = [v for k, v in metadata.storage_data.items() if k.fqn == PROGRESS_COLUMN]
     blob = (step_dir / SHARD).read_bytes()[info.offset: info.offset + info.length]
     [record] = [r for r in zipfile.ZipFile(io.BytesIO(blob)).infolist() if r.filename.endswith("/data/0")]
     name_len, extra_len = struct.unpack("<HH", blob[record.header_offset + 26: record.header_offset + 30])
-    return info.offset + record.header_offset + 30 + name_len + extra_len
+    return info.offset + record.header_offset + 30 + name_len + extra_len + 3 * 8
 
 
 def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
@@ -143,7 +148,7 @@ def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
         data = bytearray(shard.read_bytes())
         data[where] ^= 1 << rng.randrange(8)
         shard.write_bytes(bytes(data))
-        expected = (CheckpointCorruptError, f"tensor 'loader.rank_0.progress' of step 2 at {url} is damaged: "
+        expected = (CheckpointCorruptError, f"tensor '{PROGRESS_COLUMN}' of step 2 at {url} is damaged: "
                                             "record 'archive/data/0' fails its CRC-32 check")
     summary.faults[f"disk.{kind}"] += 1
     summary.trials["local_disk"] += 1
