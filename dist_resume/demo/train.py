@@ -34,7 +34,6 @@ from torch.nn.parallel import DistributedDataParallel
 from dist_resume import (
     ResumableDataLoader,
     TrainState,
-    end_with_launcher,
     load_checkpoint,
     save_checkpoint,
     shut_down_distributed,
@@ -120,7 +119,6 @@ def init_distributed(backend: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    end_with_launcher()  # torchrun runs workers in sessions of their own
     init_distributed("nccl" if torch.cuda.is_available() else "gloo")
     train(args)
     gc.collect()  # DDP sits in a reference cycle: free it and its reference to the process group now
