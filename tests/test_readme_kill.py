@@ -3,7 +3,10 @@ launcher mid-epoch, started again at another size. Its words hold: it continues 
 newest committed step, every sample trained once per epoch (the only repeats: the padding
 of an epoch's final global step, `even_batches`). Before, the killed launcher's workers
 lived on (adopted by init), kept training and committing, and the restart crashed on a step
-they had committed, was refused by their writer lease, or found the run finished."""
+they had committed, was refused by their writer lease, or found the run finished.
+
+With the opt-out (`DIST_RESUME_END_WITH_LAUNCHER=0`) the orphans train on as before, and the
+restarted job's save that finds their step says that two jobs wrote the run."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 
 from dist_resume import list_checkpoints
 from dist_resume.demo.job import wait_until_gone
-from tests.readme_script import (AFTER_LAUNCHER_ENV, PAUSE_AT_ENV, check_every_sample_once_per_epoch,
+from tests.readme_script import (AFTER_LAUNCHER_ENV, GO_ENV, PAUSE_AT_ENV, check_every_sample_once_per_epoch,
                                  dataset_size, instrumented, launch, lineage, readme_script, records)
 
 START_TIMEOUT = 300  # seconds for torchrun and its ranks to start and reach a step, under load
@@ -60,4 +63,37 @@ def test_the_readme_script_survives_kill_9_of_torchrun_and_resumes_at_3_then_1(t
     # epoch 1, all at 3 processes, ends on 32 samples: padded to 33, 11 for each rank
     assert repeats == {0: 0, 1: 1, 2: 0}
     assert sorted({record["epoch"] for record in kept}) == [0, 1, 2]
+    assert _steps(url) == [10, 20, 30]
+
+
+@pytest.mark.slow
+def test_with_the_opt_out_the_orphans_train_on_and_the_restart_says_two_jobs_wrote_the_run(tmp_path: Path) -> None:
+    workdir, _ = _workdir(tmp_path)
+    url = workdir / "runs" / "example"
+    go_orphans, go_restart = workdir / "go-orphans", workdir / "go-restart"
+    opt_out = {"DIST_RESUME_END_WITH_LAUNCHER": "0"}
+    first = launch(workdir, "first", 2, {**opt_out, PAUSE_AT_ENV: "16", AFTER_LAUNCHER_ENV: "1",
+                                         GO_ENV: str(go_orphans)})
+    orphans = first.paused_pids(2, START_TIMEOUT)
+    first.kill_launcher()
+    restart = launch(workdir, "restart", 3, {**opt_out, PAUSE_AT_ENV: "11", GO_ENV: str(go_restart)})
+    try:
+        restart.paused_pids(3, START_TIMEOUT)  # it loaded step 10
+        go_orphans.write_text("")  # the orphans train on, commit steps 20 and 30, and finish
+        wait_until_gone(orphans, START_TIMEOUT, "did not finish")
+        assert _steps(url) == [10, 20, 30]
+        go_restart.write_text("")
+        assert restart.wait(START_TIMEOUT) != 0
+    finally:
+        go_orphans.write_text("")
+        wait_until_gone(orphans, START_TIMEOUT, "did not finish")
+    message = ("cannot save step 20 at runs/example: another job committed it. Two jobs wrote this run: since "
+               "this job loaded step 10 there, another job committed steps 20, 30. Nothing of this save was "
+               "written, and the committed steps are unchanged. Stop the other job (a launcher killed with "
+               "kill -9 leaves workers running that do not end with it: see docs/operations.md), then start "
+               "this job again: it resumes from the newest committed step")
+    errors = [line for line in restart.output().splitlines() if "CheckpointExistsError: " in line]
+    # every rank that raised before torchrun stopped the others says the same; rank 0 always does
+    assert errors and all(line.endswith(f"CheckpointExistsError: {message}") for line in errors), restart.output()
+    assert any(line.startswith("[rank0]: ") for line in errors), restart.output()
     assert _steps(url) == [10, 20, 30]
