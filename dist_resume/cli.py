@@ -9,7 +9,6 @@ import argparse
 import datetime
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -259,7 +258,6 @@ _COMMANDS = {"demo": _demo, "ls": _ls, "inspect": _inspect, "plan": _plan}
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dist-resume``; return its exit code (0 ok, 1 failure or failed verdict, 2 usage)."""
     args = _parser().parse_args(argv)
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     try:
         return _COMMANDS[args.command](args)
     except _Usage as exc:

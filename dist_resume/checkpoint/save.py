@@ -8,6 +8,7 @@ stored, rank 0 commits the step by creating its ``.committed`` marker if no othe
 from __future__ import annotations
 
 from concurrent.futures import Future
+from contextlib import nullcontext
 from typing import Any
 
 import torch.distributed as dist
@@ -15,7 +16,8 @@ import torch.distributed.checkpoint as dcp
 
 from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
-from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
+from dist_resume.checkpoint.collectives import (checkpoint_group, dcp_call, distributed, on_rank0, peers_answer,
+                                                single_process_intended)
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
@@ -100,6 +102,11 @@ def save_checkpoint(
             dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
             _finish(store, step, attempt, keep, group)
             return None
-        upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
-                          process_group=group)
+        alone = not distributed()
+        with single_process_intended() if alone else nullcontext():
+            upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
+                              process_group=group)
+            if alone:  # DCP's upload thread warns of a single process as it begins: wait for that
+                upload.add_done_callback(lambda _: writer.begun.set())
+                writer.begun.wait()
     return start(step, _finish_async, upload, store, step, attempt, keep, group, where)
