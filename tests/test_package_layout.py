@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"positions"},
     {"workers"},
     {"streams"},
+    {"packing"},
     {"mixtures"},
     {"loader", "checkpoint"},
     {"integrations"},
