@@ -16,7 +16,8 @@ from dist_resume.packing import packed
 
 # Documents per shard, of very different lengths: empty ones, one longer than a sequence
 # of SEQ_LEN, an empty shard, a shard of a single short document.
-DOCUMENT_LENGTHS = ((5, 0, 17, 3, 40, 1, 9), (), (2,), (33, 8, 8, 8, 0, 12), (7, 7, 7, 7, 7, 7, 7, 7), (25, 1, 30))
+DOCUMENT_LENGTHS = ((5, 0, 17, 3, 40, 1, 9), (), (2,), (33, 8, 8, 8, 0, 12), (7, 7, 7, 7, 7, 7, 7, 7), (25, 1, 30),
+                    (50, 12, 12, 30, 5, 5, 5), (100,))
 SEQ_LEN = 11
 
 

@@ -78,8 +78,8 @@ def test_the_sequences_are_the_documents_packed_shard_by_shard(urls):
     # seq_len 11: 12 tokens a sequence. Shard 0's documents (5, 0, 17, 3, 40, 1, 9) hold 75
     # tokens: 7 sequences concatenated and cut. "fit" cuts the 17 and the 40 (longer than a
     # sequence) but starts the 3 and the 9 in new sequences: 12, 10, 12, 12, 12, 8, 9 tokens.
-    assert packed_stream(urls, "concat").lengths() == [7, 0, 1, 6, 5, 5]
-    assert packed_stream(urls, "fit").lengths() == [7, 0, 1, 7, 8, 5]
+    assert packed_stream(urls, "concat").lengths() == [7, 0, 1, 6, 5, 5, 10, 9]
+    assert packed_stream(urls, "fit").lengths() == [7, 0, 1, 7, 8, 5, 11, 9]
     sequences = list(DataLoader(packed_stream(urls, "fit", shuffle=False, window=1), batch_size=7,
                                 collate_fn=collate_rows))
     first = sequences[0]
