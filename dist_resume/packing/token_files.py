@@ -34,7 +34,7 @@ class TokenFile:
       a raw file of `dtype` tokens (`"uint16"`, `"int32"`, ...), such as nanoGPT's `.bin`.
     - Document boundaries, at most one of: `eos_id` (each document ends with this token, as
       nanoGPT's and OLMo-core's files keep them), `document_starts` (a `.npy` of the token
-      offsets where documents start, increasing); neither: the file is one document.
+      offsets where documents start, in order); neither: the file is one document.
     - `TokenFile.megatron(prefix)`: Megatron-LM's `prefix.bin` with its `prefix.idx`, whose
       documents are its boundaries.
     The file is read only when opened (`open`), so that a dataset holding it pickles small
@@ -111,6 +111,6 @@ class TokenFile:
             raise ValueError(f"document starts {where} hold a {starts.dtype} array of shape {starts.shape}, not a 1-D "
                              "array of integer token offsets")
         starts = starts.astype(numpy.int64)
-        if len(starts) and (starts[0] < 0 or (numpy.diff(starts) <= 0).any() or starts[-1] > count):
-            raise ValueError(f"document starts {where} do not increase within the file's {count} tokens")
-        return starts[starts < count]  # a start at the end begins an empty document
+        if len(starts) and (starts[0] < 0 or (numpy.diff(starts) < 0).any() or starts[-1] > count):
+            raise ValueError(f"document starts {where} are not in order within the file's {count} tokens")
+        return numpy.unique(starts[starts < count])  # a start repeated, or at the end, begins an empty document
