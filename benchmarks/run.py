@@ -37,6 +37,9 @@ FIGURES = {
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False
+    "B10": "b10_packing",  # packed token sequences: tokens/s
+    "B10R": "b10_packing_resume",  # packed token sequences: first batch after a load, state bytes
+    "B10M": "b10_packing_mixture",  # a Mixture of packed sources: token shares
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -1,5 +1,5 @@
 """Reproduction first (issue 34): what torchtitan-style buffer packing does across a
-resume (tests/torchtitan_style.py: a token buffer and a document count in the state), next
+resume (benchmarks/torchtitan_style.py: a token buffer and a document count in the state), next
 to `packed` streams over the same documents. At the same world size the buffer resumes
 exactly; the state holds the token buffer (up to what is left of a whole document); at
 another world size the saved counts mean other documents (each rank's split changed), so
@@ -15,12 +15,17 @@ import json
 import pickle
 
 from tests.packing_data import check_documents, packed_loader, packed_stream, token
-from tests.torchtitan_style import BufferPacker
+from benchmarks.torchtitan_style import BufferPacker
 
 SEQ_LEN = 15
 SHARDS = 6
 # 60 documents of 3 to 25 tokens; document d is document d // 6 of shard d % 6 (for `packed`)
 DOCUMENTS = [[token(d % SHARDS, d // SHARDS, j) for j in range((d * 7) % 23 + 3)] for d in range(60)]
+
+
+def split(part: int, parts: int) -> list[list[int]]:
+    """Document `i` goes to slot `i % parts`, as `datasets.split_dataset_by_node` splits examples."""
+    return DOCUMENTS[part::parts]
 
 
 def trained(sequences) -> dict[str, list[int]]:
@@ -41,7 +46,7 @@ def run(world_size: int, states: list | None, steps: int | None) -> tuple[list[l
     dp rank), `steps` sequences each; the sequences and the ranks' states."""
     sequences, saved = [], []
     for rank in range(world_size):
-        packer = BufferPacker(DOCUMENTS, SEQ_LEN, rank, world_size)
+        packer = BufferPacker(split, SEQ_LEN, rank, world_size)
         if states is not None and rank < len(states):
             packer.load_state_dict(states[rank])
         sequences += [sequence.tolist() for sequence in itertools.islice(packer, steps)]
@@ -63,7 +68,7 @@ def test_at_the_same_world_size_the_buffer_resumes_exactly():
 def test_the_state_holds_the_token_buffer_up_to_a_whole_document():
     # a state taken after a sequence holds what is left of the document being cut: here a
     # document of 100,000 tokens, seq_len 15, a state after one sequence
-    packer = BufferPacker([list(range(100_000))], SEQ_LEN, 0, 1)
+    packer = BufferPacker(lambda part, parts: [list(range(100_000))], SEQ_LEN)
     next(iter(packer))
     state = packer.state_dict()
     assert len(state["token_buffer"]) == 100_000 - (SEQ_LEN + 1)

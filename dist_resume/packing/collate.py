@@ -45,9 +45,9 @@ class PackedCollate:
             padding |= positions[:, 1:] == 0
         targets[padding] = self.ignore_index
         inputs_positions = positions[:, :-1].contiguous()
-        starts = torch.nonzero(inputs_positions.reshape(-1) == 0).reshape(-1)
-        cu_seqlens = torch.cat([starts, torch.tensor([inputs_positions.numel()])]).to(torch.int32)
-        max_seqlen = int(torch.diff(cu_seqlens).max())
+        starts = numpy.flatnonzero(inputs_positions.numpy().reshape(-1) == 0)
+        cu_seqlens = torch.from_numpy(numpy.append(starts, inputs_positions.numel()).astype(numpy.int32))
+        max_seqlen = int(numpy.diff(cu_seqlens.numpy()).max())
         return {"tokens": tokens, "inputs": tokens[:, :-1], "targets": targets, "position_ids": inputs_positions,
                 "cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "num_tokens": num_tokens}
 

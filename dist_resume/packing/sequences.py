@@ -13,6 +13,7 @@ batches them, `collate_packed` adds what flash-attention's varlen kernels take.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,12 +36,17 @@ def sequence_item(tokens: numpy.ndarray, starts: Sequence[int], num_tokens: int)
     """The sequence of `tokens` (its full width, padding included) whose document pieces
     start at `starts` (increasing, the first 0, all below `num_tokens`)."""
     width = len(tokens)
-    marks = list(starts)
-    if num_tokens < width:
-        marks.append(num_tokens)
-    bounds = numpy.array(marks + [width], dtype=numpy.int64)
-    positions = numpy.arange(width, dtype=numpy.int64) - numpy.repeat(bounds[:-1], numpy.diff(bounds))
+    counting = _counting(width)
+    positions = numpy.empty(width, dtype=numpy.int64)
+    bounds = [*starts, num_tokens, width] if num_tokens < width else [*starts, width]
+    for begin, end in zip(bounds, bounds[1:]):  # a few pieces a sequence: a slice copy each
+        positions[begin:end] = counting[:end - begin]
     return {TOKENS: tokens, POSITION_IDS: positions, NUM_TOKENS: num_tokens}
+
+
+@functools.lru_cache(maxsize=8)
+def _counting(width: int) -> numpy.ndarray:
+    return numpy.arange(width, dtype=numpy.int64)
 
 
 def checked_mode(mode: object) -> str:

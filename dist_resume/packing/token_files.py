@@ -84,7 +84,7 @@ class TokenFile:
                                  f"{self.megatron_index} says {index.tokens}")
             starts = index.document_starts
         elif self.path.endswith(".npy"):
-            tokens = numpy.load(self.path, mmap_mode="r", allow_pickle=False)
+            tokens = numpy.load(self.path, mmap_mode="r", allow_pickle=False).view(numpy.ndarray)
             if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
                 raise ValueError(f"token file {self.path} holds a {tokens.dtype} array of shape {tokens.shape}, not "
                                  "a 1-D array of integer token ids")
@@ -103,7 +103,8 @@ class TokenFile:
         size = os.path.getsize(self.path)
         if size % dtype.itemsize:
             raise ValueError(f"token file {self.path} has {size} bytes, not a whole number of {dtype} tokens")
-        return numpy.memmap(self.path, dtype, mode="r") if size else numpy.empty(0, dtype)
+        # a plain array over the map: numpy.memmap's bookkeeping on every slice costs more than the slice
+        return numpy.memmap(self.path, dtype, mode="r").view(numpy.ndarray) if size else numpy.empty(0, dtype)
 
     def _checked_starts(self, starts: numpy.ndarray, count: int) -> numpy.ndarray:
         where = self.document_starts or self.megatron_index

@@ -83,9 +83,10 @@ class TokenSequences(Dataset):
             base = self._bases[file]
             first, stop = at - base, min(high, self._bases[file + 1]) - base
             if first < stop:
-                tokens[at - low:at - low + stop - first] = opened[file].tokens[first:stop]
+                piece = tokens[at - low:at - low + stop - first]
+                piece[:] = opened[file].tokens[first:stop]
                 starts.append(at - low)
-                starts.extend((_document_starts(opened[file], first, stop) - first + at - low).tolist())
+                starts.extend((_document_starts(opened[file], piece, first) + at - low).tolist())
                 at += stop - first
             file += 1
         return sequence_item(tokens, starts, high - low)
@@ -127,12 +128,13 @@ class TokenSequences(Dataset):
         return lambda: None
 
 
-def _document_starts(opened: OpenedTokens, first: int, stop: int) -> numpy.ndarray:
-    """Where documents start in tokens `(first, stop)` of a file (past its first token)."""
+def _document_starts(opened: OpenedTokens, piece: numpy.ndarray, first: int) -> numpy.ndarray:
+    """Where documents start in `piece`, the file's tokens from `first` on, past its first token."""
     if opened.starts is not None:
-        return opened.starts[numpy.searchsorted(opened.starts, first, "right"):numpy.searchsorted(opened.starts, stop)]
+        starts = opened.starts
+        return starts[numpy.searchsorted(starts, first, "right"):numpy.searchsorted(starts, first + len(piece))] - first
     if opened.eos_id is not None:
-        return numpy.flatnonzero(opened.tokens[first:stop - 1] == opened.eos_id) + first + 1
+        return numpy.flatnonzero(piece[:-1] == opened.eos_id) + 1
     return numpy.empty(0, dtype=numpy.int64)
 
 
