@@ -26,15 +26,16 @@ def document_lengths(shards: int, documents: int, seed: int = 0) -> list[numpy.n
             for _ in range(shards)]
 
 
-def write_shards(root: str, lengths: list[numpy.ndarray]) -> list[str]:
-    """One file per shard: for each document its uint32 length, then its uint16 tokens (the
-    last one EOS)."""
+def write_shards(root: str, lengths: list[numpy.ndarray], vocabulary: tuple[int, int] = (1, 50_000)) -> list[str]:
+    """One file per shard under `root` (made if missing): for each document its uint32
+    length, then its uint16 tokens, drawn from `vocabulary` (the last one EOS)."""
+    os.makedirs(root, exist_ok=True)
     urls, generator = [], numpy.random.default_rng(1)
     for shard, sizes in enumerate(lengths):
         url = os.path.join(root, f"documents-{shard:03}.bin")
         with open(url, "wb") as file:
             for size in sizes.tolist():
-                tokens = generator.integers(1, 50_000, size, dtype=TOKEN)
+                tokens = generator.integers(*vocabulary, size, dtype=TOKEN)
                 tokens[-1] = EOS
                 file.write(numpy.array([size], PREFIX).tobytes() + tokens.tobytes())
         urls.append(url)

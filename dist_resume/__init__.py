@@ -32,6 +32,7 @@ from dist_resume.integrations.lightning import LightningLoader
 from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
+from dist_resume.packing import PackedCollate, PackedDocuments, TokenFile, TokenSequences, collate_packed, packed
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
@@ -73,6 +74,8 @@ __all__ = [
     "JsonlReader",
     "LightningLoader",
     "Mixture",
+    "PackedCollate",
+    "PackedDocuments",
     "ParquetReader",
     "PlannedBatch",
     "ResumableDataLoader",
@@ -84,13 +87,17 @@ __all__ = [
     "ShardedStream",
     "SkippedRange",
     "StorageError",
+    "TokenFile",
+    "TokenSequences",
     "TrainState",
     "UnsafeCheckpointError",
     "WebDatasetReader",
+    "collate_packed",
     "end_with_launcher",
     "hf_stream",
     "list_checkpoints",
     "load_checkpoint",
+    "packed",
     "plan_resume",
     "read_loader_states",
     "sample_generator",
