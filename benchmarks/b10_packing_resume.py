@@ -66,14 +66,20 @@ def _first_batch(quick: bool) -> FigureResult:
                 cases[(place, name)] = (make, loader.state_dict() if place else None)
             read = int(place * sum(map(len, lengths)))  # documents the buffer packer had read
             cases[(place, TITAN)] = (lambda: _TitanLoader(urls), {"sample_idx": read, "token_buffer": []})
+        largest = max(range(shards), key=lambda shard: counts[shard])
+        cases[("one shard", STREAM)] = (lambda: _OneShard(urls[largest]), None)
         stats = interleaved({key: (lambda key=key: first_batch_seconds(*cases[key])) for key in cases},
                             3 if quick else 7)
         for (place, name), value in stats.items():
-            result.add(f"{place:.0%} of the epoch", name, value)
-        for name in (STREAM, FILES, TITAN):  # issue 34's goal, for the stream: the same (one shard re-read at most)
+            result.add(place if isinstance(place, str) else f"{place:.0%} of the epoch", name, value)
+        # issue 34's goal for the stream: the same wherever it resumes, at most one shard read again
+        extra = max(stats[(place, STREAM)].median for place in PLACES[1:]) - stats[(0.0, STREAM)].median
+        shard = stats[("one shard", STREAM)].median
+        result.check("packed ShardedStream: slowest resume - fresh start, in shards read", extra / shard, "<= 1.5",
+                     extra <= 1.5 * shard)
+        for name in (STREAM, FILES, TITAN):
             ratio = stats[(0.9, name)].median / stats[(0.1, name)].median
-            target = "<= 1.5" if name == STREAM else "(no target)"
-            result.check(f"{name}: 90% / 10%", ratio, target, ratio <= 1.5 if name == STREAM else None)
+            result.check(f"{name}: 90% / 10%", ratio, "(no target)", None)
     result.notes += [
         f"{shards} shards of {documents} documents (as in B10). Each case builds its loader, loads the state of a run "
         "stopped at that place of the epoch and takes one batch. ResumableDataLoader's states come from skip() (the "
@@ -81,9 +87,22 @@ def _first_batch(quick: bool) -> FigureResult:
         "(lengths=): without them the first load counts every shard once (one pass over the data, per job).",
         "A packed stream resumes by reopening the shard that each canonical stream stands in and reading it from its "
         "start to the resume position (one canonical stream here: at most one shard); TokenSequences computes "
-        "positions. The buffer packer's state is the count of documents read: it reads them again to pass them.",
+        "positions. The buffer packer's state is the count of documents read: it reads them again to pass them. "
+        "'one shard': reading and packing the largest shard whole, the most a packed stream's resume reads again "
+        "(per canonical stream); where in its shard the resume position falls decides how much of it is read.",
     ]
     return result
+
+
+class _OneShard:
+    """Reading and packing one whole shard, as a loader that `first_batch_seconds` times."""
+
+    def __init__(self, url: str) -> None:
+        self.reader, self.reader_url = packed_documents([url], SEQ_LEN, lengths=[0]).reader, url
+
+    def __iter__(self):
+        with open(self.reader_url, "rb") as file:
+            yield sum(1 for _ in self.reader(file))
 
 
 class _TitanLoader:

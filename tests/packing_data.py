@@ -4,9 +4,10 @@ a run's packed sequences hold every document's tokens once with the right bounda
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy
@@ -59,6 +60,23 @@ def collate_rows(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def packed_loader(stream: ShardedStream, **options: Any) -> ResumableDataLoader:
     return ResumableDataLoader(stream, collate_fn=collate_rows, **options)
+
+
+def run_job(make: Callable[[int, int], ResumableDataLoader], world_size: int, state: dict[str, Any] | None,
+            steps: int | None) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+    """Every rank of a job, one after another in this process: `make(rank, world_size)`
+    builds its loader (batches of rows, `collate_rows`), which loads `state` and yields
+    `steps` batches (None: to the epoch's end). Returns the global steps (the ranks' parts
+    of each joined in rank order) and the merged state of every rank, as load_checkpoint
+    hands it to the next job."""
+    per_rank, merged = [], {}
+    for rank in range(world_size):
+        loader = make(rank, world_size)
+        if state is not None:
+            loader.load_state_dict(state)
+        per_rank.append(list(itertools.islice(loader, steps)))
+        merged.update(loader.state_dict())
+    return [sum(parts, []) for parts in itertools.zip_longest(*per_rank, fillvalue=[])], merged
 
 
 def pieces(sequence: dict[str, Any]) -> list[list[int]]:

@@ -7,7 +7,6 @@ and so is a state of another seq_len."""
 
 from __future__ import annotations
 
-import itertools
 
 import numpy
 import pytest
@@ -15,7 +14,7 @@ import torch
 
 from dist_resume import Mixture, ResumableDataLoader, ResumeStateError
 from dist_resume.packing import TokenFile, TokenSequences
-from tests.packing_data import check_documents, collate_rows, packed_stream, write_documents
+from tests.packing_data import check_documents, collate_rows, packed_stream, run_job, write_documents
 from tests.token_file_data import documents, write_npy
 
 SEQ_LEN = 11
@@ -41,15 +40,9 @@ def mixture(data, seq_len: int = SEQ_LEN, **options) -> Mixture:
 
 
 def job(data, world_size, state, steps):
-    per_rank, merged = [], {}
-    for rank in range(world_size):
-        loader = ResumableDataLoader(mixture(data), batch_size=6 // world_size, rank=rank, world_size=world_size,
-                                     collate_fn=collate_rows, even_batches=False)
-        if state is not None:
-            loader.load_state_dict(state)
-        per_rank.append(list(itertools.islice(loader, steps)))
-        merged.update(loader.state_dict())
-    return [sum(parts, []) for parts in itertools.zip_longest(*per_rank, fillvalue=[])], merged
+    return run_job(lambda rank, size: ResumableDataLoader(mixture(data), batch_size=6 // size, rank=rank,
+                                                          world_size=size, collate_fn=collate_rows, even_batches=False),
+                   world_size, state, steps)
 
 
 def source_of(row: dict) -> str:

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from dist_resume import JsonlReader, ResumableDataLoader, ResumeStateError, ShardedStream
 from dist_resume.packing import PackedDocuments, collate_packed, packed
 from tests.packing_data import (SEQ_LEN, check_documents, collate_rows, document_stream, packed_loader,
-                                packed_stream, write_documents)
+                                packed_stream, run_job, write_documents)
 from tests.stream_jobs import run_ranks
 
 MODES = ["concat", "fit"]
@@ -34,19 +34,12 @@ def sequences_of(batches) -> list[dict]:
     return [row for batch in batches for row in batch]
 
 
-def job(urls, mode, world_size, state, steps, global_batch=6, **options):
-    """Every rank of a job in this process; the global batches (rank parts joined) and the merged state."""
-    per_rank, merged = [], {}
-    for rank in range(world_size):
-        # canonical_streams: 6 read by every world size alike (None would take the first job's slots)
-        loader = packed_loader(packed_stream(urls, mode, canonical_streams=6), batch_size=global_batch // world_size,
-                               rank=rank,
-                               world_size=world_size, even_batches=False, **options)
-        if state is not None:
-            loader.load_state_dict(state)
-        per_rank.append([batch for batch in itertools.islice(loader, steps)])
-        merged.update(loader.state_dict())
-    return [sum(parts, []) for parts in itertools.zip_longest(*per_rank, fillvalue=[])], merged
+def job(urls, mode, world_size, state, steps):
+    """A job's global steps (global batch 6) and merged state; canonical_streams 6, read by
+    every world size alike (None would take the first job's slots)."""
+    return run_job(lambda rank, size: packed_loader(packed_stream(urls, mode, canonical_streams=6), batch_size=6 // size,
+                                                    rank=rank, world_size=size, even_batches=False),
+                   world_size, state, steps)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -14,7 +14,7 @@ import itertools
 import json
 import pickle
 
-from tests.packing_data import check_documents, packed_loader, packed_stream, token
+from tests.packing_data import check_documents, packed_loader, packed_stream, run_job, token
 from benchmarks.torchtitan_style import BufferPacker
 
 SEQ_LEN = 15
@@ -95,15 +95,10 @@ def test_packed_streams_over_the_same_documents_train_each_one_once_at_another_w
         urls.append(str(url))
 
     def job(world_size, state, steps):
-        sequences, merged = [], {}
-        for rank in range(world_size):
-            loader = packed_loader(packed_stream(urls, seq_len=SEQ_LEN, canonical_streams=6), batch_size=6 // world_size,
-                                   rank=rank, world_size=world_size, even_batches=False)
-            if state is not None:
-                loader.load_state_dict(state)
-            sequences += [row for batch in itertools.islice(loader, steps) for row in batch]
-            merged.update(loader.state_dict())
-        return sequences, merged
+        global_steps, merged = run_job(lambda rank, size: packed_loader(
+            packed_stream(urls, seq_len=SEQ_LEN, canonical_streams=6), batch_size=6 // size, rank=rank, world_size=size,
+            even_batches=False), world_size, state, steps)
+        return [row for step in global_steps for row in step], merged
 
     first, state = job(2, None, 5)
     rest, _ = job(3, state, None)

@@ -17,7 +17,7 @@ import pytest
 from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.packing import TokenFile, TokenSequences
 from dist_resume.packing.packer import Packer
-from tests.packing_data import DOCUMENT_LENGTHS, check_documents, collate_rows
+from tests.packing_data import DOCUMENT_LENGTHS, check_documents, collate_rows, run_job
 from tests.token_file_data import EOS, documents, write_megatron, write_npy, write_raw_with_eos
 
 SEQ_LEN = 9
@@ -117,16 +117,10 @@ def test_workers_map_the_files_themselves_and_a_resume_continues_exactly(npy_fil
 
 def test_a_resume_at_another_world_size_gives_every_sequence_once(npy_files):
     def job(world_size, state, steps):
-        rows, merged = [], {}
-        for rank in range(world_size):
-            loader = ResumableDataLoader(TokenSequences(npy_files, SEQ_LEN), batch_size=6 // world_size, rank=rank,
-                                         world_size=world_size, shuffle=True, even_batches=False,
-                                         collate_fn=collate_rows)
-            if state is not None:
-                loader.load_state_dict(state)
-            rows += [row for batch in itertools.islice(loader, steps) for row in batch]
-            merged.update(loader.state_dict())
-        return rows, merged
+        global_steps, merged = run_job(lambda rank, size: ResumableDataLoader(
+            TokenSequences(npy_files, SEQ_LEN), batch_size=6 // size, rank=rank, world_size=size, shuffle=True,
+            even_batches=False, collate_fn=collate_rows), world_size, state, steps)
+        return [row for step in global_steps for row in step], merged
 
     first, state = job(2, None, 2)
     second, state = job(3, state, 1)
