@@ -22,8 +22,9 @@ WEIGHTS = {"web": 0.7, "code": 0.3}
 CODE_VOCABULARY = (50_000, 65_000)  # code's token ids; web's are below
 
 
-def shares(mixture: Mixture) -> dict[str, tuple[float, float]]:
-    """Each source's (share of the token slots, share of the real tokens) over a loader epoch."""
+def shares(mixture: Mixture) -> tuple[dict[str, tuple[float, float]], int]:
+    """Each source's (share of the token slots, share of the real tokens) over a loader
+    epoch, and the sequences it trained."""
     slots = dict.fromkeys(mixture.names, 0)
     real = dict.fromkeys(mixture.names, 0)
     for batch in ResumableDataLoader(mixture, batch_size=16, collate_fn=collate_packed, drop_last=True):
@@ -31,7 +32,9 @@ def shares(mixture: Mixture) -> dict[str, tuple[float, float]]:
             name = "code" if first >= CODE_VOCABULARY[0] else "web"
             slots[name] += SEQ_LEN + 1
             real[name] += count
-    return {name: (slots[name] / sum(slots.values()), real[name] / sum(real.values())) for name in mixture.names}
+    sequences = sum(slots.values()) // (SEQ_LEN + 1)
+    return {name: (slots[name] / sum(slots.values()), real[name] / sum(real.values())) for name in mixture.names}, \
+        sequences
 
 
 def run(quick: bool) -> list[FigureResult]:
@@ -46,9 +49,11 @@ def run(quick: bool) -> list[FigureResult]:
             for mode in ("concat", "fit"):
                 sources = {"web": packed_documents(web, SEQ_LEN, mode), "code": packed_documents(code, SEQ_LEN, mode)}
                 case = f"{mode}, {shards} shards of {per_shard} documents a source"
-                for name, (slot, real) in shares(Mixture(sources, WEIGHTS)).items():
+                measured, sequences = shares(Mixture(sources, WEIGHTS))
+                for name, (slot, real) in measured.items():
                     result.add(case, f"{name}: token slots", Stats.exact(slot))
                     result.add(case, f"{name}: real tokens", Stats.exact(real))
+                result.add(case, "sequences trained", Stats.exact(sequences))
     result.notes += [
         f"web: documents of log-normal lengths around 700 tokens (16 to 16,384); code: a third of that (at least "
         f"16). seq_len {SEQ_LEN}; one loader epoch of the Mixture (its length: both sources' sequences), global "

@@ -64,3 +64,24 @@ def test_the_stream_reading_figure_meets_its_stated_bound(tmp_path: Path) -> Non
                for figure_id in ("B8", "B8-state", "B8-load")}
     assert all(check["met"] for check in figures["B8"]["checks"] + figures["B8-state"]["checks"])
     assert sum(check["name"].endswith("(divides C)") for check in figures["B8"]["checks"]) == 4
+
+
+@pytest.mark.slow
+def test_the_packing_figures_count_what_they_state(tmp_path: Path) -> None:
+    """`--only B10R,B10M`: a packed stream's state is the same few bytes at 10 and 10,000
+    shards and any seq_len (counted, not timed), and a Mixture of packed sources gives each
+    source its weight's share of the token slots within one sequence per global batch."""
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B10R,B10M", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
+               for figure_id in ("B10R", "B10S", "B10M")}
+    packed_states = {row["stats"]["median"] for row in figures["B10S"]["rows"] if row["series"].startswith("packed")}
+    assert len(packed_states) == 1 and packed_states.pop() <= 4096
+    measured = {(row["case"], row["series"]): row["stats"]["median"] for row in figures["B10M"]["rows"]}
+    slots = {key: share for key, share in measured.items() if key[1].endswith("token slots")}
+    assert len(slots) == 8
+    for (case, series), share in slots.items():  # |count - w * W| < 1 over the W sequences (two sources)
+        weight = 0.7 if series.startswith("web") else 0.3
+        assert abs(share - weight) < 1 / measured[(case, "sequences trained")], (case, series, share)
+    assert {row["series"] for row in figures["B10R"]["rows"]} == {"packed ShardedStream", "TokenSequences",
+                                                                   "torchtitan-style buffer packing"}
