@@ -12,6 +12,7 @@ import itertools
 import json
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -20,7 +21,6 @@ from dist_resume import JsonlReader, ResumableDataLoader, ResumeStateError, Shar
 from dist_resume.packing import PackedDocuments, collate_packed, packed
 from tests.packing_data import (SEQ_LEN, check_documents, collate_rows, document_stream, packed_loader,
                                 packed_stream, run_job, write_documents)
-from tests.stream_jobs import run_ranks
 
 MODES = ["concat", "fit"]
 
@@ -209,3 +209,22 @@ def test_the_packed_stream_keeps_the_document_streams_settings(urls):
         (urls, True, 5, 4, 2)
     assert dict(stream.storage_options) == {"anon": True}
     assert Path(stream.shards[0]).exists()
+
+
+def test_documents_as_lists_numpy_arrays_or_tensors_pack_alike(tmp_path):
+    shard = tmp_path / "docs.jsonl"
+    shard.write_text("".join(json.dumps({"tokens": list(range(d * 100, d * 100 + n))}) + "\n"
+                             for d, n in enumerate([5, 30, 0, 12])))
+
+    def as_kind(convert):
+        def documents(file):
+            return (convert(row["tokens"]) for row in JsonlReader()(file))
+        return documents
+
+    kinds = {"list": list, "uint16": lambda ids: numpy.array(ids, dtype=numpy.uint16),
+             "tensor": lambda ids: torch.tensor(ids, dtype=torch.int32)}
+    packed_by_kind = {name: list(DataLoader(packed(ShardedStream([str(shard)], as_kind(convert), shuffle=False), 7),
+                                            batch_size=None, collate_fn=lambda item: collate_rows([item])[0]))
+                      for name, convert in kinds.items()}
+    assert packed_by_kind["list"] == packed_by_kind["uint16"] == packed_by_kind["tensor"]
+    assert [row["num_tokens"] for row in packed_by_kind["list"]] == [8, 8, 8, 8, 8, 7]
