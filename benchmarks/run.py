@@ -1,7 +1,9 @@
 """Entry point: `python -m benchmarks.run [--quick] [--only B1,B3] [--out DIR]`.
 
 Runs the figures, then writes each figure's DIR/<id>.json, .md and .png, and, for a run of
-every figure, DIR/latest.json and DIR/latest.md (DIR defaults to benchmarks/results).
+every figure, DIR/latest.json and DIR/latest.md. DIR defaults to benchmarks/results (tracked:
+the figures docs/performance.md cites) for a full run, and to ./runs/benchmarks-quick-<time>
+for a quick one, whose smaller sizes must never replace them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ FIGURES = {
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _quick_results() -> Path:
+    return Path("runs") / time.strftime("benchmarks-quick-%Y%m%d-%H%M%S")
+
+
 def _figure(figure_id: str) -> Callable[[bool], list[report.FigureResult]]:
     return import_module(f".{FIGURES[figure_id]}", __package__).run
 
@@ -63,8 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (< 5 min)")
     parser.add_argument("--only", default=",".join(FIGURES), help="comma-separated figure ids (default: all)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help=f"output directory (default {RESULTS})")
+    parser.add_argument("--out", type=Path, help=f"output directory (default: {RESULTS} for a full run, "
+                        "./runs/benchmarks-quick-<time> for --quick)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = _quick_results() if args.quick else RESULTS
+    elif args.quick and args.out.resolve() == RESULTS:
+        parser.error(f"--quick does not write {RESULTS}: it holds full runs (docs/performance.md cites them); "
+                     "leave out --out to write ./runs/benchmarks-quick-<time>")
     chosen = [figure_id.strip().upper() for figure_id in args.only.split(",") if figure_id.strip()]
     unknown = sorted(set(chosen) - set(FIGURES))
     if unknown:
@@ -97,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / f"{result.id}.md").write_text(report.markdown([result], meta))
         report.plot(result, args.out / f"{result.id}.png")
     print(report.markdown(results, meta))
+    print(f"results written to {args.out}", flush=True)
 
 
 if __name__ == "__main__":

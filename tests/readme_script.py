@@ -1,4 +1,4 @@
-"""The README's training script ("### A training script"), taken from README.md as it stands
+"""The README's training script ("## A training script"), taken from README.md as it stands
 and run under plain torchrun, with what the tests need added around it: each rank records
 the samples of every batch it trains (found by their values in the script's own dataset) and
 its pid, and may pause before a given step until it is released.
@@ -23,7 +23,7 @@ from pathlib import Path
 from dist_resume.demo.job import free_port, job_env
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADING = "### A training script"
+HEADING = "## A training script"
 RECORDS_ENV = "README_RECORDS"  # the directory of this launch's records
 PAUSE_AT_ENV = "README_PAUSE_AT"  # the global step each rank pauses before
 AFTER_LAUNCHER_ENV = "README_AFTER_LAUNCHER"  # "1": the pause lasts until the rank's launcher is gone ...
@@ -60,7 +60,7 @@ def _pause(rank):
 
 
 def readme_script() -> str:
-    """The first python block after the README's heading "### A training script"."""
+    """The first python block after the README's heading "## A training script"."""
     text = (ROOT / "README.md").read_text()
     assert text.count(HEADING + "\n") == 1, f"README.md has no single heading {HEADING!r}"
     after = text.split(HEADING + "\n", 1)[1]
@@ -84,8 +84,8 @@ def instrumented(script: str) -> str:
 
 
 def dataset_size(script: str) -> int:
-    match = re.search(r"^dataset = torch\.randn\((\d+), \d+\)", script, re.MULTILINE)
-    assert match, "the README's script no longer builds its dataset with torch.randn(N, D)"
+    match = re.search(r"^dataset = torch\.randn\((\d+), \d+\b", script, re.MULTILINE)
+    assert match, "the README's script no longer builds its dataset with torch.randn(N, D, ...)"
     return int(match.group(1))
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _tracked_results() -> dict[str, str]:
+    """Every file in benchmarks/results/ (the full runs docs/performance.md cites): name -> SHA-256."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(RESULTS.iterdir())}
+
+
+@pytest.mark.slow
+def test_a_quick_run_leaves_the_tracked_results_alone(tmp_path: Path) -> None:
+    """`python -m benchmarks.run --quick` without --out writes ./runs/benchmarks-quick-<time>/
+    and says so; benchmarks/results/ keeps every file as it was (a quick run once replaced
+    its full-run figures)."""
+    before = _tracked_results()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3"], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True, timeout=600)
+    assert _tracked_results() == before
+    written = re.search(r"^results written to (runs/benchmarks-quick-\d{8}-\d{6})$", run.stdout, re.MULTILINE)
+    assert written, run.stdout[-2000:]
+    assert sorted(path.name for path in (tmp_path / written.group(1)).iterdir()) == ["B3.json", "B3.md", "B3.png"]
+
+
+def test_a_quick_run_refuses_to_write_the_tracked_results() -> None:
+    """`--quick --out benchmarks/results` is one error before anything runs; nothing changes."""
+    before = _tracked_results()
+    run = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3", "--out", str(RESULTS)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and run.stdout == ""
+    assert f"--quick does not write {RESULTS}: it holds full runs" in run.stderr
+    assert _tracked_results() == before
 
 
 @pytest.mark.slow
