@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dist_resume import ResumableDataLoader, ResumeStateError
+from dist_resume import Mixture, ResumableDataLoader, ResumeStateError
 from dist_resume.loader.replica_steps import ReplicaSteps
 
 
@@ -38,8 +38,9 @@ class Group:
 class Job:
     """Replica groups of `ranks` ranks over a dataset of `length`, driven step by step."""
 
-    def __init__(self, length: int, batch_size: int, ranks: int) -> None:
+    def __init__(self, length: int, batch_size: int, ranks: int, dataset=None, **options) -> None:
         self.length, self.batch_size, self.ranks = length, batch_size, ranks
+        self.dataset, self.options = dataset, options
         self.groups: dict[int, Group] = {}
         self.trained: dict[int, list[int]] = {}  # epoch -> the committed steps' samples, in order
 
@@ -47,7 +48,8 @@ class Job:
         """A new life of `group`: fresh, or healed from group `source` (its state handed over)."""
         ranks = []
         for rank in range(self.ranks):
-            loader = _loader(self.length, self.batch_size, rank, self.ranks)
+            loader = ResumableDataLoader(self.dataset or list(range(self.length)), batch_size=self.batch_size,
+                                         shuffle=True, seed=3, rank=rank, world_size=self.ranks, **self.options)
             if source is not None:
                 loader.load_state_dict(self.groups[source].ranks[rank].loader.state_dict())
             ranks.append(ReplicaSteps(loader))
@@ -181,3 +183,45 @@ def test_a_peer_with_another_seed_is_refused_and_changes_nothing():
 def test_loaders_it_cannot_serve_are_refused(options, refused):
     with pytest.raises(ValueError, match=refused):
         ReplicaSteps(_loader(12, 2, 0, 1, **options))
+
+
+def _stream_of(dataset, epoch: int) -> list[int]:
+    loader = ResumableDataLoader(dataset, batch_size=1, shuffle=True, seed=3, rank=0, world_size=1)
+    loader.set_epoch(epoch)
+    return [int(batch) for batch in loader]
+
+
+def _churn(job: Job) -> None:
+    """Two groups; a step that does not commit; g0 leaving between steps, so that g1, which
+    served the second part of each step, serves the first; g0 back, healing during a step."""
+    job.start(0, None)
+    job.start(1, None)
+    job.step([0, 1], True, {})
+    job.step([0, 1], False, {})
+    job.step([0, 1], True, {})
+    job.step([0, 1], True, {})
+    del job.groups[0]
+    job.step([1], True, {})
+    job.start(0, None)
+    job.step([1], True, {0: 1})
+    while job.epoch < 1:
+        job.step([0, 1], True, {})
+
+
+def test_a_mixture_is_served_in_its_own_order_over_committed_steps():
+    """A Mixture of map-style sources (it decides its own order): the committed steps of
+    changing groups read the samples an uninterrupted loader reads, in its order."""
+    mixture = Mixture({"a": torch.arange(0, 60), "b": torch.arange(100, 140)},
+                      weights=[(0, {"a": 0.6, "b": 0.4})], length=30)
+    job = Job(30, 2, 1, dataset=mixture)
+    _churn(job)
+    expected = _stream_of(mixture, 0)
+    assert job.trained[0][:30] == expected and job.trained[0][30:] == expected[: len(job.trained[0]) - 30]
+
+
+def test_batches_the_workers_prefetched_for_another_quorum_are_never_trained():
+    """With 2 workers prefetching 4 batches each pass, the quorum changes and a step that does
+    not commit drop what they fetched: the committed steps still read the epoch's order once."""
+    job = Job(40, 2, 1, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    _churn(job)
+    assert job.trained[0] == _order(40, 0)
