@@ -30,8 +30,8 @@ class ManagedLoader:
     """A `ResumableDataLoader` under torchft's `Manager`: iterate it for one epoch's steps.
 
     Each `next()` settles the previous step (committed if the Manager's step moved on), starts
-    the Manager's quorum (`manager.start_quorum()`: do not start it elsewhere, e.g. with
-    `torchft.optim.OptimizerWrapper.zero_grad`), and returns this rank's batch of the step. The
+    the Manager's quorum, and returns this rank's batch of the step: `manager.start_quorum()`
+    called during the step (`torchft.optim.OptimizerWrapper.zero_grad` calls it) raises. The
     loop averages the gradients over the groups (`allreduce_gradients`), then steps the optimizer
     only if `manager.should_commit()`. The epoch ends after the step that commits its last
     positions; `epoch` then names the next one, so `while managed.epoch < epochs: for batch in
@@ -65,8 +65,12 @@ class ManagedLoader:
         self._steps = ReplicaSteps(loader)
         self._manager = manager
         self._lock = threading.Lock()  # the Manager reads the state from its quorum thread
-        self._served: tuple[int, int, int | None] | None = None  # Manager step, participants, rank of it
+        self._served: int | None = None  # the Manager's step when the served step's batch was handed out
         manager.register_state_dict_fn(key, self.load_state_dict, self.state_dict)
+        # The loader starts each step's quorum: another one during a step would run the step
+        # under other groups than its batch was cut for. Refused when it is called, before it trains.
+        self._start_quorum = manager.start_quorum
+        manager.start_quorum = self._refuse_quorum_in_step
 
     @property
     def loader(self) -> ResumableDataLoader:
@@ -83,38 +87,39 @@ class ManagedLoader:
             self._steps.begin_epoch()
         manager = self._manager
         while not self._steps.epoch_ended:
-            manager.start_quorum()
+            self._start_quorum()
             replicas, replica_rank = manager.num_participants(), manager.participating_rank()
-            taking_part = manager.is_participating()
             with self._lock:
-                batch = self._steps.serve(replicas, replica_rank if taking_part else None)
-                self._served = (manager.current_step(), replicas, replica_rank)
+                batch = self._steps.serve(replicas, replica_rank if manager.is_participating() else None)
+                self._served = manager.current_step()
             yield batch
             with self._lock:
                 self._settle(final=True)
 
     def _settle(self, final: bool) -> None:
         """Count the served step if the Manager committed it; `final`: its outcome is known."""
-        if self._served is None:
+        step = self._served
+        if step is None:
             return
-        step, replicas, replica_rank = self._served
-        manager = self._manager
-        now = manager.current_step()
+        now = self._manager.current_step()
         if now == step and not final:
             self._steps.committed_position()
             return
         if now not in (step, step + 1):
             raise RuntimeError(f"torchft's Manager went from step {step} to step {now} within one step of the "
                                "loader: the loader's position cannot follow it")
-        quorum = (manager.num_participants(), manager.participating_rank())
-        if quorum != (replicas, replica_rank):
-            raise RuntimeError(
-                f"the quorum changed during the step: its batch was served for {replicas} participating groups "
-                f"(this one of rank {replica_rank}), the step ran with {quorum[0]} (rank {quorum[1]}); something "
-                "else started a quorum (torchft.optim.OptimizerWrapper.zero_grad does: with ManagedLoader the "
-                "loader starts each step's quorum, zero the wrapped optimizer's gradients instead)")
         self._served = None
         self._steps.settle(now == step + 1)
+
+    def _refuse_quorum_in_step(self, *args: Any, **kwargs: Any) -> None:
+        """The Manager's `start_quorum` while the ManagedLoader serves its steps."""
+        if self._served is not None:
+            raise RuntimeError(
+                "manager.start_quorum() was called during a step that ManagedLoader started: the step would run "
+                "with other groups than its batch was cut for. ManagedLoader starts each step's quorum itself; "
+                "torchft.optim.OptimizerWrapper.zero_grad starts one too: zero the wrapped optimizer's gradients "
+                "(wrapper.optim.zero_grad()) instead")
+        self._start_quorum(*args, **kwargs)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state at its own shard and the committed position (a step served and
