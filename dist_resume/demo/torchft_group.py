@@ -38,7 +38,8 @@ from dist_resume.integrations.torchft import ManagedLoader, allreduce_gradients
 _POLL_SECONDS = 0.05
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """The options of a group (the benchmark's groups add their own)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lighthouse", required=True, help="the lighthouse's URL")
     parser.add_argument("--replica-id", required=True, help="this group's id: g<index>")
@@ -63,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="save the group's state here every --save-every committed steps")
     parser.add_argument("--save-every", type=int, default=4)
     parser.add_argument("--resume", help="load the latest committed checkpoint of this URL at the start")
-    return parser.parse_args(argv)
+    return parser
 
 
 def _wait_for(path: Path) -> None:
@@ -93,6 +94,7 @@ class _Records:
 
     def step(self, epoch: int, batch: tuple, served: float, committed: bool, taking_part: bool,
              participants: int, rank: int | None, step: int) -> None:
+        """One step: its batch, and when it was served."""
         features, _, indices = batch
         indices = indices.tolist()
         self.write(event="step", step=step, epoch=epoch, participants=participants, rank=rank,
@@ -101,7 +103,7 @@ class _Records:
                    fingerprints=[fingerprint(sample) for sample in features])
 
 
-class _GroupState:
+class GroupState:
     """The model and optimizer as the Manager hands them to a healing peer (a torch state)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, kill_on_hand_off: int | None) -> None:
@@ -119,7 +121,7 @@ class _GroupState:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def _manager(args: argparse.Namespace, state: _GroupState) -> tuple[Any, Any]:
+def build_manager(args: argparse.Namespace, state: GroupState) -> tuple[Any, Any]:
     """The group's Manager, and the TCPStore of the group it serves from (to keep alive)."""
     from torchft import Manager, ProcessGroupGloo
 
@@ -136,8 +138,9 @@ def _manager(args: argparse.Namespace, state: _GroupState) -> tuple[Any, Any]:
     return manager, store
 
 
-def _sampler_batches(args: argparse.Namespace, dataset: SyntheticDataset):
-    """torchft's own recipe: a static shard per group (``replica_rank`` from the group's id)."""
+def sampler_batches(args: argparse.Namespace, dataset: SyntheticDataset):
+    """torchft's own recipe, each batch with its epoch: a static shard per group
+    (``replica_rank`` from the group's id)."""
     from torchft.data import DistributedSampler
 
     sampler = DistributedSampler(dataset, replica_rank=int(args.replica_id.lstrip("g")),
@@ -151,20 +154,21 @@ def _sampler_batches(args: argparse.Namespace, dataset: SyntheticDataset):
             yield epoch, batch
 
 
-def _managed_batches(managed: ManagedLoader, epochs: int):
+def managed_batches(managed: ManagedLoader, epochs: int):
+    """``ManagedLoader``'s steps of ``epochs`` epochs, each with its epoch."""
     while managed.epoch < epochs:
         for batch in managed:
             yield managed.epoch, batch
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = parser().parse_args(argv)
     torch.manual_seed(args.seed)  # every group starts from the same model
     dataset = SyntheticDataset(args.dataset_size)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    group_state = _GroupState(model, optimizer, args.kill_on_hand_off)
-    manager, _store = _manager(args, group_state)
+    group_state = GroupState(model, optimizer, args.kill_on_hand_off)
+    manager, _store = build_manager(args, group_state)
     group_state.manager = manager
     if args.gradients == "ddp":
         from torchft.ddp import DistributedDataParallel
@@ -179,10 +183,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.resume:
             resumed = load_checkpoint(checkpoint_state, args.resume)
             manager.load_state_dict({"step": resumed or 0, "batches_committed": 0})
-        batches = _managed_batches(managed, args.epochs)
+        batches = managed_batches(managed, args.epochs)
     else:
         checkpoint_state = None
-        batches = _sampler_batches(args, dataset)
+        batches = sampler_batches(args, dataset)
     records.write(event="up", step=manager.current_step())
     if args.ready_file:
         _write_file(args.ready_file)

@@ -35,13 +35,13 @@ def lighthouse_command() -> str:
 class Group:
     """One life of a replica group: its process and the files of its hooks."""
 
-    def __init__(self, job: TorchftJob, replica_id: str, life: int, args: Sequence[str]) -> None:
+    def __init__(self, job: TorchftJob, replica_id: str, life: int, args: Sequence[str], module: str) -> None:
         self.job, self.replica_id = job, replica_id
         name = f"{replica_id}-life{life}"
         self.ready_file = job.workdir / f"{name}.ready"
         self.hold_prefix = job.workdir / f"{name}.hold"
         self.log = job.workdir / f"{name}.log"
-        command = [sys.executable, "-m", "dist_resume.demo.torchft_group", "--lighthouse", job.url,
+        command = [sys.executable, "-m", module, "--lighthouse", job.url,
                    "--replica-id", replica_id, "--records", str(job.records), "--ready-file", str(self.ready_file),
                    "--start-file", str(job.start_file), "--hold-prefix", str(self.hold_prefix),
                    *job.common, *args]
@@ -144,12 +144,24 @@ class TorchftJob:
         self._lighthouse_log.close()
         wait_until_gone(pids, 60, "outlived their job")
 
-    def start(self, replica_id: str, *args: str) -> Group:
-        """A new life of group ``replica_id``; extra arguments for torchft_group (its hooks)."""
+    def start(self, replica_id: str, *args: str, module: str = "dist_resume.demo.torchft_group") -> Group:
+        """A new life of group ``replica_id``: ``python -m module`` with the job's arguments
+        (torchft_group's: lighthouse, replica id, records, hook files) and ``args``."""
         life = sum(group.replica_id == replica_id for group in self.groups)
-        group = Group(self, replica_id, life, args)
+        group = Group(self, replica_id, life, args, module)
         self.groups.append(group)
         return group
+
+    def join_at(self, step: int, holders: Sequence[Group], *replica_ids: str) -> list[Group]:
+        """Once every group of ``holders`` holds at Manager step ``step``, start new lives of
+        ``replica_ids``; release the holders once their Managers run: they join that step's
+        quorum (or, if theirs comes late, the next one's)."""
+        for holder in holders:
+            holder.held(step)
+        joined = [self.start(replica_id).ready() for replica_id in replica_ids]
+        for holder in holders:
+            holder.release(step)
+        return joined
 
     def go(self, *groups: Group) -> None:
         """Once ``groups`` run their Managers, let every group take its first step: the first

@@ -94,7 +94,8 @@ def tally(lines: list[dict[str, Any]], dataset_size: int, seed: int, epochs: int
     result = Tally([], sum(1 for line in steps if not (line["committed"] and line["taking_part"])),
                    len({line["step"] for line in trained}), mismatches)
     for epoch in range(epochs):
-        mine = sorted((line for line in trained if line["epoch"] == epoch), key=lambda line: (line["step"], line["rank"]))
+        mine = sorted((line for line in trained if line["epoch"] == epoch),
+                      key=lambda line: (line["step"], line["rank"]))
         result.epochs.append(_epoch_tally(epoch, mine, dataset_size))
     return result
 
