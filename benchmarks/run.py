@@ -37,6 +37,7 @@ FIGURES = {
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False
+    "B10": "b10_torchft",  # ManagedLoader under torchft vs torchft's sampler; a restarted group's first data
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
