@@ -64,6 +64,7 @@ def test_a_group_killed_mid_step_and_restarted_loses_and_repeats_nothing(tmp_pat
     restarted group's healing step was handed data it did not count, and its workers'
     prefetched batches were dropped at every change of quorum."""
     counted = _issue_scenario(tmp_path, *options)
+    print(f"ManagedLoader: {counted.lost} lost, {counted.repeated} repeated, {counted.wasted} wasted batches")
     assert (counted.lost, counted.repeated, counted.augmentation_mismatches) == (0, 0, 0)
     assert counted.exact, counted.epochs
     assert counted.wasted >= 1  # the step cut by the kill
