@@ -42,6 +42,7 @@ FIGURES = {
     "B10": "b10_packing",  # packed token sequences: tokens/s
     "B10R": "b10_packing_resume",  # packed token sequences: first batch after a load, state bytes
     "B10M": "b10_packing_mixture",  # a Mixture of packed sources: token shares
+    "B11": "b11_torchft",  # ManagedLoader under torchft vs torchft's sampler; a restarted group's first data
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -29,6 +29,7 @@ from dist_resume.errors import (
     UnsafeCheckpointError,
 )
 from dist_resume.integrations.lightning import LightningLoader
+from dist_resume.integrations.torchft import ManagedLoader
 from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
@@ -73,6 +74,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "JsonlReader",
     "LightningLoader",
+    "ManagedLoader",
     "Mixture",
     "PackedCollate",
     "PackedDocuments",
