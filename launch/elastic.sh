@@ -4,7 +4,8 @@
 # latest committed checkpoint at the new world size. Run the same command on every node.
 # Usage: bash launch/elastic.sh SCRIPT [SCRIPT ARGS...]
 # Environment: MIN_NODES (default 1), MAX_NODES (default MIN_NODES), MAX_RESTARTS (default 3),
-#   NPROC_PER_NODE (default 1), RDZV_ENDPOINT (host:port), RDZV_ID, RDZV_BACKEND (default c10d).
+#   NPROC_PER_NODE (default 1), RDZV_ENDPOINT (host:port), RDZV_ID, RDZV_BACKEND (default c10d),
+#   LOCAL_ADDR (this node's address that the others reach; default: its fully qualified name).
 # Example, one node, 2 processes, survives a crashed worker:
 #   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
 #     bash launch/elastic.sh launch/train.py --checkpoint ./runs/elastic-demo --global-batch 12
@@ -16,6 +17,8 @@ source "$(dirname "$0")/python.sh"
 : "${RDZV_ENDPOINT:?set RDZV_ENDPOINT}" "${RDZV_ID:?set RDZV_ID}"
 if [[ $# -lt 1 ]]; then echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; fi
 min="${MIN_NODES:-1}"
+local_addr=()
+if [[ -n "${LOCAL_ADDR:-}" ]]; then local_addr=(--local-addr="$LOCAL_ADDR"); fi
 exec "$PYTHON" -m torch.distributed.run --nnodes="$min:${MAX_NODES:-$min}" --nproc-per-node="${NPROC_PER_NODE:-1}" \
-    --max-restarts="${MAX_RESTARTS:-3}" \
+    --max-restarts="${MAX_RESTARTS:-3}" "${local_addr[@]}" \
     --rdzv-backend="${RDZV_BACKEND:-c10d}" --rdzv-endpoint="$RDZV_ENDPOINT" --rdzv-id="$RDZV_ID" -m dist_resume.launched "$@"

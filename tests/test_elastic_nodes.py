@@ -1,0 +1,84 @@
+"""Nodes that leave and join an elastic job (issue 32, point 1): torchrun's elastic agents on
+127.0.0.1 as the nodes, ``launch/elastic.sh`` with its default settings, ``--nnodes 1:3``.
+A node dies as a machine does (agent and worker SIGKILLed); new agents join. The records of
+every run must show each global step trained once, each sample once per epoch, and global
+batches and augmentations equal to an uninterrupted run (G2, G3, G4, G7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dist_resume.checkpoint.load import list_checkpoints
+from dist_resume.demo.records import read_runs
+from dist_resume.demo.verify import verify
+from tests.elastic_nodes import ElasticNodes
+
+SIZE, SEED, BATCH, EPOCHS = 36, 3, 6, 2  # 6 steps an epoch; the global batch splits over 1, 2 and 3
+TIMEOUT = 240  # a rendezvous with fewer than MAX_NODES waits torchrun's last call (30 s)
+
+
+def train_args(tmp_path: Path, *pauses: int) -> list[str]:
+    args = ["--epochs", EPOCHS, "--dataset-size", SIZE, "--global-batch", BATCH, "--save-every", 2,
+            "--seed", SEED, "--checkpoint", tmp_path / "ckpt", "--record", tmp_path / "records",
+            "--pause-file", tmp_path / "pause-{step}.json"]
+    for step in pauses:
+        args += ["--pause-at-step", step]
+    return [str(arg) for arg in args]
+
+
+def pause_file(tmp_path: Path, step: int) -> Path:
+    return tmp_path / f"pause-{step}.json"
+
+
+def resume(tmp_path: Path, step: int) -> None:
+    """Let the job paused at ``step`` train on."""
+    (tmp_path / f"pause-{step}.json.resume").write_text("")
+
+
+def assert_exact(tmp_path: Path, world_sizes: list[int], resumed_from: list[int]) -> None:
+    runs = read_runs(tmp_path / "records")
+    assert [(run.world_size, run.resumed_from) for run in runs] == list(zip(world_sizes, resumed_from))
+    verdict = verify(tmp_path / "records", SIZE, SEED, BATCH, EPOCHS)
+    assert [(check.name, check.passed) for check in verdict.checks] == [
+        ("steps: no step lost or repeated", True),
+        ("G2 every sample exactly once per epoch", True),
+        ("G3 global batches equal the reference", True),
+        ("G4 augmentations equal the reference", True),
+    ], [check.detail for check in verdict.checks]
+    assert [info.step for info in list_checkpoints(str(tmp_path / "ckpt"))] == [2, 4, 6, 8, 10, 12]
+
+
+@pytest.mark.slow
+def test_two_nodes_then_one_then_two(tmp_path: Path) -> None:
+    """2 -> 1 -> 2: node B dies at step 3 (after the commit of step 2); A trains on alone from
+    step 2 until step 5, when node C joins; A and C resume from step 4 and finish."""
+    with ElasticNodes(tmp_path, train_args(tmp_path, 3, 5), min_nodes=1, max_nodes=3) as nodes:
+        a = nodes.start()
+        b = nodes.start()
+        pids = a.wait_for_pause(pause_file(tmp_path, 3), TIMEOUT)
+        nodes.kill(b, pids)
+        resume(tmp_path, 3)  # A's worker meets its dead peer in the next collective
+        a.wait_for_pause(pause_file(tmp_path, 5), TIMEOUT)
+        c = nodes.start()  # A's agent sees a node waiting and restarts its worker
+        a.wait(TIMEOUT)
+        c.wait(TIMEOUT)
+    assert_exact(tmp_path, [2, 1, 2], [0, 2, 4])
+
+
+@pytest.mark.slow
+def test_two_nodes_then_three_then_one(tmp_path: Path) -> None:
+    """2 -> 3 -> 1: node C joins while A and B are at step 3; the three resume from step 2;
+    at step 7 nodes B and C die, and A trains on alone from step 6."""
+    with ElasticNodes(tmp_path, train_args(tmp_path, 3, 7), min_nodes=1, max_nodes=3) as nodes:
+        a = nodes.start()
+        b = nodes.start()
+        a.wait_for_pause(pause_file(tmp_path, 3), TIMEOUT)
+        c = nodes.start()
+        pids = a.wait_for_pause(pause_file(tmp_path, 7), TIMEOUT)
+        nodes.kill(b, pids)
+        nodes.kill(c, pids)
+        resume(tmp_path, 7)
+        a.wait(TIMEOUT)
+    assert_exact(tmp_path, [2, 3, 1], [0, 2, 6])
