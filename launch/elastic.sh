@@ -16,6 +16,10 @@ set -euo pipefail
 source "$(dirname "$0")/python.sh"
 : "${RDZV_ENDPOINT:?set RDZV_ENDPOINT}" "${RDZV_ID:?set RDZV_ID}"
 if [[ $# -lt 1 ]]; then echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; fi
+# torch's c10d and etcd-v2 rendezvous share one TCP store for the workers, hosted by rank 0's
+# agent and remembered across rounds: a node that joins a later round waits for its address,
+# which rank 0 never publishes again, and the job fails (docs/launching.md). Off by default.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE="${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}"
 min="${MIN_NODES:-1}"
 local_addr=()
 if [[ -n "${LOCAL_ADDR:-}" ]]; then local_addr=(--local-addr="$LOCAL_ADDR"); fi

@@ -66,6 +66,11 @@ class ElasticNodes:
                                          f"(exit code {node.process.poll()}):\n{self.log(node)[-3000:]}") from None
                 time.sleep(0.1)
 
+    def of_worker(self, pid: int) -> TrainingJob:
+        """The node whose agent started the worker ``pid``."""
+        agent = parent(pid)
+        return next(node for node in self.nodes if node.process.pid == agent)
+
     def kill(self, node: TrainingJob, worker_pids: Sequence[int]) -> None:
         """SIGKILL ``node``'s agent, then those of ``worker_pids`` that it started, as when
         its machine dies; return once they are gone."""

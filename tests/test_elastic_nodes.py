@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from dist_resume.checkpoint.load import list_checkpoints
+from dist_resume.demo.job import JobError
 from dist_resume.demo.records import read_runs
 from dist_resume.demo.verify import verify
+from tests.debian_install import reporter
 from tests.elastic_nodes import ElasticNodes
+from tests.etcd_server import etcd_server
 
 SIZE, SEED, BATCH, EPOCHS = 36, 3, 6, 2  # 6 steps an epoch; the global batch splits over 1, 2 and 3
 TIMEOUT = 240  # a rendezvous with fewer than MAX_NODES waits torchrun's last call (30 s)
@@ -21,8 +24,9 @@ TIMEOUT = 240  # a rendezvous with fewer than MAX_NODES waits torchrun's last ca
 
 def train_args(tmp_path: Path, *pauses: int) -> list[str]:
     args = ["--epochs", EPOCHS, "--dataset-size", SIZE, "--global-batch", BATCH, "--save-every", 2,
-            "--seed", SEED, "--checkpoint", tmp_path / "ckpt", "--record", tmp_path / "records",
-            "--pause-file", tmp_path / "pause-{step}.json"]
+            "--seed", SEED, "--checkpoint", tmp_path / "ckpt", "--record", tmp_path / "records"]
+    if pauses:
+        args += ["--pause-file", tmp_path / "pause-{step}.json"]
     for step in pauses:
         args += ["--pause-at-step", step]
     return [str(arg) for arg in args]
@@ -82,3 +86,42 @@ def test_two_nodes_then_three_then_one(tmp_path: Path) -> None:
         resume(tmp_path, 7)
         a.wait(TIMEOUT)
     assert_exact(tmp_path, [2, 3, 1], [0, 2, 6])
+
+
+@pytest.mark.slow
+def test_the_c10d_rendezvous_host_takes_the_job_with_it_and_a_new_launch_resumes(tmp_path: Path) -> None:
+    """Under the c10d backend the rendezvous store lives in the first node's agent: when that
+    node dies, the other nodes cannot rendezvous again and fail. The committed steps survive:
+    a new launch resumes from the last one, exactly."""
+    with ElasticNodes(tmp_path, train_args(tmp_path, 3), min_nodes=1, max_nodes=3) as nodes:
+        host = nodes.start()
+        other = nodes.start()
+        pids = other.wait_for_pause(pause_file(tmp_path, 3), TIMEOUT)
+        nodes.kill(host, pids)
+        resume(tmp_path, 3)
+        with pytest.raises(JobError, match="exited with code 1"):
+            other.wait(TIMEOUT)
+        assert "RendezvousConnectionError: The connection to the C10d store has failed" in nodes.log(other)
+    (tmp_path / "relaunch").mkdir()
+    with ElasticNodes(tmp_path / "relaunch", train_args(tmp_path), min_nodes=1, max_nodes=3) as relaunch:
+        relaunch.start().wait(TIMEOUT)
+    assert_exact(tmp_path, [2, 1], [0, 2])
+
+
+@pytest.mark.slow
+def test_an_etcd_rendezvous_outlives_any_node(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Under the etcd-v2 backend the rendezvous lives in etcd, outside the nodes: the node of
+    rank 0 (its agent was the rendezvous' rank 0, its worker hosted the workers' store) dies
+    at step 3, and the other node trains on alone from step 2."""
+    with etcd_server(tmp_path / "etcd", reporter(request)) as endpoint, \
+            ElasticNodes(tmp_path, train_args(tmp_path, 3), min_nodes=1, max_nodes=3,
+                         env={"RDZV_BACKEND": "etcd-v2", "RDZV_ENDPOINT": endpoint}) as nodes:
+        nodes.start()
+        nodes.start()
+        pids = nodes.nodes[0].wait_for_pause(pause_file(tmp_path, 3), TIMEOUT)
+        first = nodes.of_worker(pids[0])
+        survivor = next(node for node in nodes.nodes if node is not first)
+        nodes.kill(first, pids)
+        resume(tmp_path, 3)
+        survivor.wait(TIMEOUT)
+    assert_exact(tmp_path, [2, 1], [0, 2])
