@@ -64,9 +64,16 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
             f"{where} was committed by another save while this one ran (two jobs on one URL?); "
             "this save's files were removed and the committed step is unchanged"
         )
-    write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    # The step is committed from here on: a failure says so, never "cannot save".
+    try:
+        write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    except CheckpointError as exc:
+        raise type(exc)(f"{where} is committed, but indexing it failed (loads find it by its marker): {exc}") from None
     if keep is not None:
-        prune(store, step, keep)
+        try:
+            prune(store, step, keep)
+        except CheckpointError as exc:
+            raise type(exc)(f"{where} is committed, but deleting the steps beyond keep={keep} failed: {exc}") from None
 
 
 def prune(store: CheckpointStore, step: int, keep: int) -> None:
