@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# An elastic job: between MIN_NODES and MAX_NODES nodes; torchrun restarts the workers (up to
-# MAX_RESTARTS times) when one fails or nodes join or leave, and the script resumes from its
-# latest committed checkpoint at the new world size. Run the same command on every node.
+# An elastic job: between MIN_NODES and MAX_NODES nodes; torchrun restarts the workers when one
+# fails or a node leaves (at most MAX_RESTARTS times) and when a node joins, and the script
+# resumes from its latest committed checkpoint at the new world size. Run the same command on
+# every node.
 # Usage: bash launch/elastic.sh SCRIPT [SCRIPT ARGS...]
 # Environment: MIN_NODES (default 1), MAX_NODES (default MIN_NODES), MAX_RESTARTS (default 3),
 #   NPROC_PER_NODE (default 1), RDZV_ENDPOINT (host:port), RDZV_ID, RDZV_BACKEND (default c10d),
 #   LOCAL_ADDR (this node's address that the others reach; default: its fully qualified name).
+# Under c10d the rendezvous lives in the agent of the node RDZV_ENDPOINT names: that node's death
+# ends the job (its committed steps survive). RDZV_BACKEND=etcd-v2 with RDZV_ENDPOINT=an etcd
+# server (v2 API on) outlives any node; it needs `pip install -e '.[etcd]'` (docs/launching.md).
 # Example, one node, 2 processes, survives a crashed worker:
 #   MIN_NODES=1 NPROC_PER_NODE=2 RDZV_ENDPOINT=127.0.0.1:29400 RDZV_ID=demo \
 #     bash launch/elastic.sh launch/train.py --checkpoint ./runs/elastic-demo --global-batch 12
