@@ -14,7 +14,7 @@ from pathlib import Path
 from dist_resume.demo.job import free_port
 from tests.debian_install import Need, ensure
 
-ETCD = Need("the etcd rendezvous tests", ("etcd-server",), ("etcd",), "about 8 MB, a few seconds")
+ETCD = Need("the etcd rendezvous tests", ("etcd-server",), ("etcd",), "about 8 MB, some 20 s with apt-get update")
 START_TIMEOUT = 60  # seconds; it serves within one here
 
 
