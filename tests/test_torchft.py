@@ -74,6 +74,35 @@ def test_a_group_killed_mid_step_and_restarted_loses_and_repeats_nothing(tmp_pat
 
 
 @pytest.mark.slow
+def test_groups_of_two_ranks_one_killed_mid_step_and_restarted_lose_and_repeat_nothing(tmp_path):
+    """2 replica groups of 2 processes each (each rank its own Manager and its own shard of the
+    group's part, gradients averaged inside the group with gloo): both ranks of g1 are SIGKILLed
+    in the middle of step 3; g0 commits steps 3-5 alone; g1 comes back at step 6, each rank
+    healed from g0's rank of the same group rank. 80 samples, 8 per step of 2 groups."""
+    size = 80
+    with TorchftJob(tmp_path, ["--dataset-size", str(size), "--batch-size", "2"]) as job:
+        g0 = job.start("g0", "--hold-at-step", "6", ranks=2)
+        g1 = job.start("g1", "--kill-at-step", "3", ranks=2)
+        job.go(g0, g1)
+        assert g1.exited() == KILLED
+        g1, = job.join_at(6, [g0], "g1", ranks=2)
+        g0.finished()
+        g1.finished()
+    lines = read_lines(tmp_path / "records")
+    counted = tally(lines, size, 0, 1)
+    assert (counted.lost, counted.repeated, counted.augmentation_mismatches) == (0, 0, 0)
+    assert counted.exact, counted.epochs
+    steps = [line for line in lines if line["event"] == "step"]
+    assert {(line["group_rank"], line["group_size"]) for line in steps} == {(0, 2), (1, 2)}
+    cut = [line for line in steps if line["step"] == 3 and not line["committed"]]
+    assert sorted((line["replica"], line["group_rank"]) for line in cut) == [("g0", 0), ("g0", 1)]
+    alone = {line["step"] for line in steps if line["committed"] and line["participants"] == 1}
+    assert alone == {3, 4, 5}
+    back = [line for line in steps if line["replica"] == "g1" and line["step"] >= 6]
+    assert {line["group_rank"] for line in back if line["taking_part"] and line["committed"]} == {0, 1}
+
+
+@pytest.mark.slow
 def test_a_group_killed_for_good_leaves_its_positions_to_the_others(tmp_path):
     with TorchftJob(tmp_path, COMMON) as job:
         g0 = job.start("g0")
