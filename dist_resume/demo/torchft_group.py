@@ -2,7 +2,7 @@
 trains the demo's classifier under torchft's ``Manager``, its data from a
 ``ManagedLoader`` (or, to compare, from torchft's own ``DistributedSampler``).
 
-Run by ``dist_resume.demo.torchft_run``, one process per group and life::
+Run by ``dist_resume.demo.torchft_job``, one process per rank of each group and life::
 
     python -m dist_resume.demo.torchft_group --lighthouse http://127.0.0.1:PORT --replica-id g0 --records DIR
 
