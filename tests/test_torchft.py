@@ -7,6 +7,7 @@ augmentation (G4). Nothing here is timed: holds and releases pace the groups."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from datetime import timedelta
@@ -319,3 +320,27 @@ def test_only_a_resumable_loader_and_a_torchft_manager_are_taken(lone_manager):
         ManagedLoader(torch.utils.data.DataLoader(list(range(4))), lone_manager())
     with pytest.raises(TypeError, match="ManagedLoader expects a torchft.Manager, got object"):
         ManagedLoader(_loader(), object())
+
+
+_MOVED = ("the loader was moved outside ManagedLoader (set_epoch(), skip(), load_state_dict(), regroup() or iter() on "
+          "the loader itself): its position must follow the committed steps only. Iterate `while managed.epoch < "
+          "epochs: for batch in managed` without set_epoch(), and load a state with managed.load_state_dict()")
+
+
+@pytest.mark.parametrize("steps_before", [6, 2], ids=["between-epochs", "mid-epoch"])
+def test_an_epoch_set_on_the_loader_behind_the_managers_back_is_refused(lone_manager, steps_before):
+    """A loop that keeps its own epoch counter (`loader.set_epoch(epoch)`) would, in a group
+    that healed into its peers' later epoch, serve another epoch than its peers in the same
+    steps. Between epochs the loader silently served the epoch set; mid-epoch its stale pass
+    said to call iter(loader)."""
+    manager = lone_manager()
+    loader = _loader()
+    managed = ManagedLoader(loader, manager)
+    batches = iter(managed)
+    for _ in range(steps_before):
+        next(batches)
+        assert manager.should_commit()
+    with pytest.warns(UserWarning) if steps_before < 6 else contextlib.nullcontext():
+        loader.set_epoch(5)
+    with pytest.raises(RuntimeError, match=re.escape(_MOVED)):
+        next(batches) if steps_before < 6 else next(iter(managed))
