@@ -117,7 +117,7 @@ class ReplicaSteps:
         world = replicas * self.home_world
         rank = self.home_rank if replica_rank is None else replica_rank * self.home_world + self.home_rank
         fits = (self._pass is not None and self._world == world and self._yielded == self._count
-                and (replica_rank is None or self.loader.rank == rank))
+                and self.loader.rank == rank)
         if not fits:
             self._regroup(rank, world, self._count)
             self._pass = iter(self.loader)
