@@ -13,6 +13,11 @@ from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.storage import Location, retry
 
 
+class MissingFile(CheckpointCorruptError):
+    """A checkpoint file that is not there (damage, unless its absence means something to
+    the caller: a step without its commit marker is not committed)."""
+
+
 def _open_local(loc: Location, path: str, where: str) -> int:
     """A descriptor of ``path``, refused unless it is a regular file inside ``loc``."""
     name = posixpath.basename(path)
@@ -23,7 +28,7 @@ def _open_local(loc: Location, path: str, where: str) -> int:
         # O_NONBLOCK: opening a FIFO must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise CheckpointCorruptError(f"{where} is damaged: {name} is missing") from None
+        raise MissingFile(f"{where} is damaged: {name} is missing") from None
     except OSError as exc:
         raise loc.error("read", path, exc) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -43,7 +48,7 @@ def file_size(loc: Location, path: str, where: str) -> int:
     try:
         info = retry(loc.fs.info, path)
     except FileNotFoundError:
-        raise CheckpointCorruptError(f"{where} is damaged: {posixpath.basename(path)} is missing") from None
+        raise MissingFile(f"{where} is damaged: {posixpath.basename(path)} is missing") from None
     except Exception as exc:
         raise loc.error("read", path, exc) from None
     if info.get("type") != "file":

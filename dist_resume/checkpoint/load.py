@@ -28,9 +28,9 @@ from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
-from dist_resume.checkpoint.commit_index import IndexEntry, checked_summary, read_entry
-from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, indexed_committed_steps, read_commit,
-                                              refuse_misplaced, step_dir)
+from dist_resume.checkpoint.commit_index import index_entries, indexed_size
+from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, newest_commit, read_commit, refuse_misplaced,
+                                              step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX
@@ -55,21 +55,20 @@ def _choose(store: CheckpointStore, step: int | None,
     whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
     saved with it, unless a loader under a key of ``every_entry`` receives every saved
     rank's entries; None: every loader does); None if the location holds nothing."""
-    steps = committed_steps(store)
-    if not steps:
-        refuse_misplaced(store)
-    if step is None:
-        if not steps:
+    steps = step_directories(store)
+    found = newest_commit(store, steps) if step is None else \
+        read_commit(store, step, steps[step]) if step in steps else None
+    if found is None:
+        committed = [] if step is None else commits(store, steps)
+        if not committed:
+            refuse_misplaced(store)
+        if step is None:
             return None
-        step = max(steps)
-    elif step not in steps:
-        committed = ", ".join(map(str, sorted(steps))) or "none"
-        raise CheckpointNotFoundError(
-            f"step {step} is not committed at {store.loc.url} (committed steps: {committed})"
-        )
+        raise CheckpointNotFoundError(f"step {step} is not committed at {store.loc.url} (committed steps: "
+                                      f"{', '.join(str(commit.step) for commit in committed) or 'none'})")
+    step, directory = found.step, found.data
     where = f"step {step} at {store.loc.url}"
     with _pruned_is_not_damage(store, step):
-        _, directory = read_commit(store, step, steps[step])
         shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry)
         if shared is not None:
             return step, directory, shared, True
@@ -238,38 +237,28 @@ def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[
 
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
-    """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored,
+    """Committed checkpoints under ``url``, oldest first: the steps whose commit markers say
+    so, as for loading (a step directory without one is ignored, a damaged one is an error);
     a location that holds something else than checkpoints is refused (as by load_checkpoint).
     Steps pruned while they are listed are left out."""
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
-    steps, indexed = indexed_committed_steps(store)
-    if not steps:
+    found = commits(store, step_directories(store))
+    if not found:
         refuse_misplaced(store)
+    entries = index_entries(store)
     with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
-        found = pool.map(lambda item: _info(store, *item, indexed.get(item[0])), sorted(steps.items()))
-        return [info for info in found if info is not None]
+        return list(pool.map(lambda commit: _info(store, commit, entries.get(commit.step, ())), found))
 
 
 _LISTING_READS = 16
 
 
-def _info(store: CheckpointStore, step: int, directory: str, entry: IndexEntry | None) -> CheckpointInfo | None:
-    """What the index entry's name says of ``step``; read from storage for a step indexed
-    without it (one request) or not indexed (its marker and its files)."""
-    url = store.loc.url_of(directory)
-    if entry is not None and entry.summary is not None:
-        world_size, size, committed_at = checked_summary(store, step, entry.summary)
-        return CheckpointInfo(step=step, committed_at=committed_at, world_size=world_size, size_bytes=size, url=url)
-    try:
-        with _pruned_is_not_damage(store, step):
-            if entry is not None:
-                marker = read_entry(store, step, entry.name)
-                size = marker["size_bytes"]
-            else:  # saved before the index: its marker and its files
-                marker, _ = read_commit(store, step, directory)
-                size = store.tree_size(directory)
-    except CheckpointNotFoundError:
-        return None
-    return CheckpointInfo(step=step, committed_at=marker["committed_at"], world_size=marker["world_size"],
-                          size_bytes=size, url=url)
+def _info(store: CheckpointStore, commit: Commit, entries: Any) -> CheckpointInfo:
+    """``commit``'s step as its marker says it, with the size of its files that the index
+    says (or, for a step it does not name, measured)."""
+    size = indexed_size(store, commit.step, entries, commit.marker)
+    if size is None:
+        size = store.tree_size(commit.directory)
+    return CheckpointInfo(step=commit.step, committed_at=commit.marker["committed_at"],
+                          world_size=commit.marker["world_size"], size_bytes=size, url=store.loc.url_of(commit.directory))

@@ -7,6 +7,7 @@ stored, rank 0 commits the step by creating its ``.committed`` marker if no othe
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import Future
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch.distributed.checkpoint as dcp
 from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
-from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.commit import commit, committed_by, prepare_attempt, unknown_outcome
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
@@ -36,9 +37,26 @@ def _begin(store: CheckpointStore, step: int) -> str:
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
             group: dist.ProcessGroup | None) -> None:
     world_size = dist.get_world_size(group) if distributed() else 1
-    if distributed():
-        dist.barrier(group=group)  # every rank's data is stored
-    on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+    try:
+        if distributed():
+            dist.barrier(group=group)  # every rank's data is stored
+        on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+    except Exception as failure:  # noqa: BLE001 - settled by the marker, below
+        _settle(store, step, attempt, failure)
+
+
+def _settle(store: CheckpointStore, step: int, attempt: str, failure: Exception) -> None:
+    """A save whose commit failed on this rank, or whose outcome this rank did not learn (a
+    peer gone after rank 0 committed): it failed, unless its marker says it committed."""
+    where = f"step {step} at {store.loc.url}"
+    try:
+        ours = committed_by(store, step, attempt)
+    except CheckpointError as unread:
+        raise unknown_outcome(where, "the save failed after its files were written", failure, unread) from None
+    if not ours:
+        raise failure
+    warnings.warn(f"{where} is committed, but this rank then saw {type(failure).__name__}: "
+                  f"{store.loc.redact(str(failure))}", stacklevel=3)
 
 
 def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,
