@@ -16,7 +16,7 @@ import torch
 from dist_resume.errors import CheckpointError
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
 from dist_resume.state.delivered import DELIVERED_KEY
-from dist_resume.state.fields import DATASET_KEY, ELASTIC_GUARD_KEY, PROGRESS_KEY, RANK_PREFIX, SAMPLER_KEY
+from dist_resume.state.fields import DATASET_KEY, ELASTIC_GUARD_KEY, PROGRESS_KEY, SAMPLER_KEY, ResumeStateError, rank_of
 from dist_resume.state.skips import SKIPS_KEY
 from dist_resume.streams.cursor import STREAM_KEY
 from dist_resume.streams.stream_state import CANONICAL, ITEMS, META, OF_ITERATOR, SNAPSHOT_PREFIX
@@ -48,7 +48,11 @@ def check_entry_fields(state: Mapping[str, Any]) -> None:
         if not (isinstance(loader, Mapping) and ELASTIC_GUARD_KEY in loader):
             continue
         for name, entry in loader.items():
-            if isinstance(name, str) and name.startswith(RANK_PREFIX) and isinstance(entry, Mapping):
+            try:
+                rank = rank_of(name)
+            except ResumeStateError as exc:
+                raise CheckpointError(f"data loader state {key!r}: {exc}") from None
+            if rank is not None and isinstance(entry, Mapping):
                 _check(entry, (), f"{key}.{name}")
 
 

@@ -33,7 +33,7 @@ from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, newest_co
                                               step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
-from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, ResumeStateError, rank_of
 from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
@@ -80,10 +80,7 @@ def _with_own_entries(store: CheckpointStore, step: int, directory: str, shared:
     """``shared`` with the saved rank entries that the loaders of ``state`` read whole."""
     ranks = set()
     for key in tabled_keys(shared) & state.keys():
-        for name in own_entries(state[key]) or ():
-            number = name[len(RANK_PREFIX):]
-            if number.isdigit():
-                ranks.add(int(number))
+        ranks.update(rank_of(name) for name in own_entries(state[key]) or ())
     with _pruned_is_not_damage(store, step):
         return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}")
 
@@ -119,7 +116,7 @@ def _placeholder(entry: Any) -> torch.Tensor | None:
     return None  # a stored value: the safe planner replaces it
 
 
-def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, Any], dict[str, bool]]:
+def _load_targets(state: dict[str, Any], metadata: Metadata, where: str) -> tuple[dict[str, Any], dict[str, bool]]:
     """What DCP loads into: ``state``, except that entries saved with the elastic guard get
     a template of what is read of every saved rank, built from the metadata: with a rank
     table, the table, the replicated entries and the loader's own rank entry; without one
@@ -136,19 +133,23 @@ def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, 
         template: dict[str, Any] = {}
         for fqn, entry in saved.items():
             path = metadata.planner_data[fqn]
-            if path[0] == key and len(path) > 1 and _read_whole(path[1], own):
+            if path[0] == key and len(path) > 1 and _read_whole(path[1], own, where):
                 set_path(template, path, _placeholder(entry))
         targets[key] = template[key]
         elastic[key] = own is not None
     return targets, elastic
 
 
-def _read_whole(name: Any, own: set[str] | None) -> bool:
+def _read_whole(name: Any, own: set[str] | None, where: str) -> bool:
     """Whether a loader's saved entry ``name`` is read (``own``: its rank entries read whole,
     None: every rank's, as before rank tables)."""
+    try:
+        rank = rank_of(name)
+    except ResumeStateError as exc:
+        raise CheckpointCorruptError(f"{where} is damaged: {exc}") from None
     if own is None:
         return name != RANK_TABLE_KEY
-    return not (isinstance(name, str) and name.startswith(RANK_PREFIX)) or name in own
+    return rank is None or name in own
 
 
 def load_checkpoint(
@@ -187,7 +188,7 @@ def load_checkpoint(
                 metadata = on_every_rank(
                     process_group, lambda: _with_own_entries(store, step, directory, shared, state),
                     f"cannot load step {step} at {loc.url}")
-            targets, elastic = _load_targets(state, metadata)
+            targets, elastic = _load_targets(state, metadata, f"step {step} at {loc.url}")
             _read(store, step, directory, metadata, targets, process_group=process_group)
     with collector_paused():
         for key, tabled in elastic.items():
@@ -231,7 +232,7 @@ def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[
         keys = sorted(fqn[: -len(guard)] for fqn in metadata.state_dict_metadata if fqn.endswith(guard))
         held = f"it holds loader states under {', '.join(map(repr, keys))}" if keys else "it holds none"
         raise CheckpointError(f"step {step} at {loc.url} holds no data loader state under {key!r}; {held}")
-    targets, _ = _load_targets({key: None}, metadata)
+    targets, _ = _load_targets({key: None}, metadata, f"step {step} at {loc.url}")
     _read(store, step, directory, metadata, targets, no_dist=True)
     return step, targets[key]
 

@@ -23,6 +23,7 @@ from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
 from dist_resume.checkpoint.split_metadata import SplitMetadataWriter
 from dist_resume.errors import CheckpointError
+from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
@@ -101,11 +102,11 @@ def save_checkpoint(
     wait_for_previous_save()
     where = f"step {step} at {loc.url}"
     with peers_answer(f"cannot save {where}", process_group):
-        skipped = loader_skips(state)
         try:
+            skipped = loader_skips(state)
             state, refusal = taken_states(state), None
-        except CheckpointError as exc:  # raised on every rank by the agreement, not on this one alone
-            refusal = str(exc)
+        except (CheckpointError, ResumeStateError) as exc:  # raised on every rank by the agreement, not on one
+            skipped, refusal = {}, str(exc)
         # before the background group exists: creating it is a collective of its own, and a
         # rank that creates it while its peer does not waits forever
         require_agreement(loc, process_group, "save", skipped=skipped, refusal=refusal, step=step, keep=keep,

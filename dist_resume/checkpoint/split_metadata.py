@@ -33,7 +33,7 @@ from dist_resume.checkpoint.entry_fields import SHARED_FIELDS
 from dist_resume.checkpoint.metadata_checks import METADATA, check_metadata, shard_sizes
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
 from dist_resume.errors import CheckpointCorruptError
-from dist_resume.state.fields import MAX_WORLD_SIZE, RANK_PREFIX
+from dist_resume.state.fields import MAX_WORLD_SIZE, ResumeStateError, rank_of
 from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import Location, retry
 from dist_resume.storage.dcp_files import CheckpointWriter
@@ -75,12 +75,11 @@ def tabled_keys(metadata: Metadata) -> set[str]:
 
 
 def _saved_rank(path: Any, tabled: set[str]) -> int | None:
-    """The rank whose entry of a tabled loader ``path`` (a planner path) lies in, else None."""
-    if not isinstance(path, (tuple, list)) or len(path) < 3 or not isinstance(path[0], str) or \
-            path[0] not in tabled or not isinstance(path[1], str) or not path[1].startswith(RANK_PREFIX):
+    """The rank whose entry of a tabled loader ``path`` (a planner path) lies in, else None
+    (:class:`ResumeStateError` for an entry of a tabled loader named like no rank's)."""
+    if not isinstance(path, (tuple, list)) or len(path) < 3 or not isinstance(path[0], str) or path[0] not in tabled:
         return None
-    number = path[1][len(RANK_PREFIX):]
-    return int(number) if number.isdigit() else None
+    return rank_of(path[1])
 
 
 def _split(metadata: Metadata) -> tuple[Metadata, dict[int, Metadata]]:

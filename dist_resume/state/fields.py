@@ -13,6 +13,7 @@ Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
@@ -138,6 +139,24 @@ def plan_digest(plan_values: list[int]) -> int:
 
 def rank_key(rank: int) -> str:
     return f"{RANK_PREFIX}{rank}"
+
+
+_RANK_NUMBER = re.compile(r"0|[1-9][0-9]{0,6}", re.ASCII)  # as rank_key writes ranks below MAX_WORLD_SIZE
+
+
+def rank_of(key: Any) -> int | None:
+    """The rank whose entry ``key`` names, read the one way every reader of a loader state
+    reads it: exactly as :func:`rank_key` writes it (ASCII digits, no sign, no leading zero,
+    below ``MAX_WORLD_SIZE``), so that no two keys stand for one rank. None for a key that
+    is not named as a rank entry (it does not start with ``rank_``); any other key that
+    does is one :class:`ResumeStateError`."""
+    if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
+        return None
+    number = key[len(RANK_PREFIX):]
+    if _RANK_NUMBER.fullmatch(number) and int(number) < MAX_WORLD_SIZE:
+        return int(number)
+    raise ResumeStateError(f"loader state has a malformed rank key {key[:80]!r}: a rank entry is named "
+                           f"'rank_<r>', r written in ASCII digits without leading zeros, below {MAX_WORLD_SIZE}")
 
 
 def encode(state: RankState, plan_values: list[int], sampler_state: Any = None) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from dist_resume.state.fields import (
     MAX_WORLD_SIZE,
     PLAN_KEY,
     PROGRESS_KEY,
-    RANK_PREFIX,
     SAMPLER_KEY,
     Identity,
     RankState,
@@ -24,6 +23,7 @@ from dist_resume.state.fields import (
     UNKNOWN_STEP,
     Sampling,
     plan_digest,
+    rank_of,
 )
 
 
@@ -170,15 +170,13 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
     samplers: dict[int, Any] = {}
     delivered: dict[int, Delivered] = {}
     for key, entry in state_dict.items():
-        if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
+        number = rank_of(key)
+        if number is None:
             continue
-        number = key[len(RANK_PREFIX) :]
-        if not number.isdigit():
-            raise ResumeStateError(f"loader state has a malformed rank key {key!r}")
         if not isinstance(entry, Mapping) or PROGRESS_KEY not in entry:
             raise ResumeStateError(f"loader state entry {key!r} has no {PROGRESS_KEY!r} tensor")
         state = RankState.from_tensor(entry[PROGRESS_KEY], key)
-        if state.rank != int(number):
+        if state.rank != number:
             raise ResumeStateError(f"loader state entry {key!r} says it belongs to rank {state.rank}")
         ranks[state.rank] = state
         if SAMPLER_KEY in entry:
