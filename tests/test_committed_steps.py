@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,17 +21,7 @@ from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.cli import main
 from dist_resume.errors import CheckpointCorruptError
 
-from tests.layout import committed_dir
-
-
-def _state(value: float) -> dict:
-    return {"weights": torch.full((4,), value)}
-
-
-def _load(url: str) -> tuple[int | None, float]:
-    state = _state(-1.0)
-    step = load_checkpoint(state, url)
-    return step, float(state["weights"][0])
+from tests.layout import committed_dir, load_weights as _load, weights as _state
 
 
 def _steps(url: str) -> list[int]:

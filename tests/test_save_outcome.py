@@ -11,27 +11,16 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dist_resume.checkpoint.load import list_checkpoints, load_checkpoint
+from dist_resume.checkpoint.load import list_checkpoints
 from dist_resume.checkpoint.save import save_checkpoint
 from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import CheckpointError, CheckpointExistsError, StorageError
 from dist_resume.storage import CheckpointStore
 
-from tests.layout import committed_dir
-
-
-def _state(value: float) -> dict:
-    return {"weights": torch.full((4,), value)}
-
-
-def _load(url: str) -> tuple[int | None, float]:
-    state = _state(-1.0)
-    step = load_checkpoint(state, url)
-    return step, float(state["weights"][0])
+from tests.layout import committed_dir, load_weights as _load, weights as _state
 
 
 def _foreign_file(index: Path, name: str) -> None:
@@ -168,11 +157,8 @@ def test_one_outcome_whatever_storage_operation_fails(tmp_path_factory, data) ->
         assert _load(str(run)) == (1, 1.0)
 
 
-def test_a_lost_commit_response_is_a_committed_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The marker is created but its creation's response is lost (a local directory fsync
-    failing after the link, an S3 PUT whose answer never came): the save succeeded."""
-    run = tmp_path / "run"
-    save_checkpoint(_state(1.0), str(run), 1)
+def _lose_commit_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every exclusive creation takes effect, and then its answer is lost."""
     for store_class in CheckpointStore.__subclasses__():
         original = store_class.create_exclusive
 
@@ -181,6 +167,14 @@ def test_a_lost_commit_response_is_a_committed_save(tmp_path: Path, monkeypatch:
             raise StorageError(f"cannot commit {path}: connection reset")
 
         monkeypatch.setattr(store_class, "create_exclusive", lost)
+
+
+def test_a_lost_commit_response_is_a_committed_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker is created but its creation's response is lost (a local directory fsync
+    failing after the link, an S3 PUT whose answer never came): the save succeeded."""
+    run = tmp_path / "run"
+    save_checkpoint(_state(1.0), str(run), 1)
+    _lose_commit_answers(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert save_checkpoint(_state(2.0), str(run), 2) is None
@@ -193,14 +187,7 @@ def test_an_unknown_outcome_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     committed, and its error says that (not that it failed)."""
     run = tmp_path / "run"
     save_checkpoint(_state(1.0), str(run), 1)
-    for store_class in CheckpointStore.__subclasses__():
-        original = store_class.create_exclusive
-
-        def lost(store, path, data, original=original):
-            original(store, path, data)
-            raise StorageError(f"cannot commit {path}: connection reset")
-
-        monkeypatch.setattr(store_class, "create_exclusive", lost)
+    _lose_commit_answers(monkeypatch)
     import dist_resume.checkpoint.marker as marker
 
     def unreadable(loc, path, *args, **kwargs):

@@ -18,7 +18,8 @@ from importlib import metadata as package_metadata
 import torch
 
 from dist_resume.checkpoint.commit_index import index_entries, remove_entries, write_entry
-from dist_resume.checkpoint.metadata_checks import read_metadata
+from dist_resume.checkpoint.digests import DIGESTS_KEY
+from dist_resume.checkpoint.split_metadata import commit_digests
 from dist_resume.checkpoint.step_dirs import (MARKER, read_commit, require_directory, step_dir, step_dir_name,
                                               step_directories)
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
@@ -64,7 +65,7 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
     loc = store.loc
     where = f"step {step} at {loc.url}"
     try:
-        read_metadata(loc, attempt, where)  # every rank's shard is there, whole
+        digests = commit_digests(loc, attempt, where)  # every rank's shard is there, whole
     except CheckpointCorruptError as exc:
         raise CheckpointError(
             f"{where} not committed: rank 0 cannot read every rank's files ({exc}); the URL must "
@@ -77,6 +78,7 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
         "committed_at": time.time_ns() // 1000 / 1e6,  # to the microsecond, as the index entry's name says it
         "torch": torch.__version__,
         "dist_resume": _version(),
+        DIGESTS_KEY: digests,
     }
     if not _create_marker(store, step, marker):
         store.remove_tree(attempt)

@@ -5,6 +5,7 @@ committed step; nothing in a checkpoint is executed (G8).
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
 from dist_resume.checkpoint.commit_index import index_entries, indexed_size
+from dist_resume.checkpoint.digests import METADATA_DIGEST, checked_digests
 from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, newest_commit, read_commit, refuse_misplaced,
                                               step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
@@ -50,11 +52,12 @@ class CheckpointInfo:
 
 
 def _choose(store: CheckpointStore, step: int | None,
-            every_entry: set[str] | None) -> tuple[int, str, Metadata, bool] | None:
-    """The committed ``step`` (default: the latest), its data directory, its metadata and
+            every_entry: set[str] | None) -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
+    """The committed ``step`` (default: the latest), its data directory, its metadata,
     whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
     saved with it, unless a loader under a key of ``every_entry`` receives every saved
-    rank's entries; None: every loader does); None if the location holds nothing."""
+    rank's entries; None: every loader does), and the digests its commit recorded; None if
+    the location holds nothing."""
     steps = step_directories(store)
     found = newest_commit(store, steps) if step is None else \
         read_commit(store, step, steps[step]) if step in steps else None
@@ -68,21 +71,23 @@ def _choose(store: CheckpointStore, step: int | None,
                                       f"{', '.join(str(commit.step) for commit in committed) or 'none'})")
     step, directory = found.step, found.data
     where = f"step {step} at {store.loc.url}"
+    recorded = checked_digests(found.marker, where)
     with _pruned_is_not_damage(store, step):
-        shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry)
+        shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry, recorded)
         if shared is not None:
-            return step, directory, shared, True
-        return step, directory, read_metadata(store.loc, directory, where), False
+            return step, directory, shared, True, recorded
+        return step, directory, read_metadata(store.loc, directory, where, recorded.get(METADATA_DIGEST)), False, \
+            recorded
 
 
 def _with_own_entries(store: CheckpointStore, step: int, directory: str, shared: Metadata,
-                      state: dict[str, Any]) -> Metadata:
+                      state: dict[str, Any], recorded: dict[str, str]) -> Metadata:
     """``shared`` with the saved rank entries that the loaders of ``state`` read whole."""
     ranks = set()
     for key in tabled_keys(shared) & state.keys():
         ranks.update(rank_of(name) for name in own_entries(state[key]) or ())
     with _pruned_is_not_damage(store, step):
-        return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}")
+        return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}", recorded)
 
 
 @contextmanager
@@ -110,10 +115,17 @@ def _read(store: CheckpointStore, step: int, directory: str, metadata: Metadata,
                  planner=SafeLoadPlanner(where), **dcp_options)
 
 
-def _placeholder(entry: Any) -> torch.Tensor | None:
-    if isinstance(entry, TensorStorageMetadata):
-        return torch.zeros(entry.size, dtype=entry.properties.dtype)
-    return None  # a stored value: the safe planner replaces it
+_LOADER_ENTRY_LIMIT = 2**27  # elements of one saved loader entry (a rank table's column at 2**20 ranks: ~2**24)
+
+
+def _placeholder(fqn: str, entry: Any, where: str) -> torch.Tensor | None:
+    """What a loader's saved entry ``entry`` is read into (its size a claim of the metadata)."""
+    if not isinstance(entry, TensorStorageMetadata):
+        return None  # a stored value: the safe planner replaces it
+    if math.prod(entry.size) > _LOADER_ENTRY_LIMIT:
+        raise CheckpointCorruptError(f"{where} is damaged: loader entry '{fqn}' declares {math.prod(entry.size)} "
+                                     f"elements, more than {_LOADER_ENTRY_LIMIT}")
+    return torch.zeros(entry.size, dtype=entry.properties.dtype)
 
 
 def _load_targets(state: dict[str, Any], metadata: Metadata, where: str) -> tuple[dict[str, Any], dict[str, bool]]:
@@ -134,7 +146,7 @@ def _load_targets(state: dict[str, Any], metadata: Metadata, where: str) -> tupl
         for fqn, entry in saved.items():
             path = metadata.planner_data[fqn]
             if path[0] == key and len(path) > 1 and _read_whole(path[1], own, where):
-                set_path(template, path, _placeholder(entry))
+                set_path(template, path, _placeholder(fqn, entry, where))
         targets[key] = template[key]
         elastic[key] = own is not None
     return targets, elastic
@@ -182,11 +194,11 @@ def load_checkpoint(
             chosen = on_rank0(process_group, lambda: _choose(store, step, every_entry))
             if chosen is None:
                 return None
-            step, directory, metadata, split = chosen
+            step, directory, metadata, split, recorded = chosen
             if split:  # each rank reads its own entries' metadata
                 shared = metadata
                 metadata = on_every_rank(
-                    process_group, lambda: _with_own_entries(store, step, directory, shared, state),
+                    process_group, lambda: _with_own_entries(store, step, directory, shared, state, recorded),
                     f"cannot load step {step} at {loc.url}")
             targets, elastic = _load_targets(state, metadata, f"step {step} at {loc.url}")
             _read(store, step, directory, metadata, targets, process_group=process_group)
@@ -226,7 +238,7 @@ def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[
     chosen = _choose(store, step, None)
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
-    step, directory, metadata, _ = chosen
+    step, directory, metadata, _, _ = chosen
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
         guard = f".{ELASTIC_GUARD_KEY}"
         keys = sorted(fqn[: -len(guard)] for fqn in metadata.state_dict_metadata if fqn.endswith(guard))

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from dist_resume.checkpoint.bounded_files import MissingFile, read_whole
+from dist_resume.checkpoint.digests import checked_digests
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import MAX_WORLD_SIZE
 from dist_resume.storage import Location
@@ -48,4 +49,5 @@ def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
     attempt = marker.get("attempt")  # absent in steps saved before attempts had directories
     if attempt is not None and not (isinstance(attempt, str) and ATTEMPT_NAME.fullmatch(attempt)):
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker names attempt {str(attempt)[:80]!r}")
+    checked_digests(marker, where)
     return marker

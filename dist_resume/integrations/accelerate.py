@@ -18,10 +18,15 @@ import re
 import weakref
 from typing import Any
 
+from dist_resume.checkpoint.bounded_files import read_whole
+from dist_resume.errors import CheckpointError
 from dist_resume.loader.resumable import ResumableDataLoader
 from dist_resume.state.fields import ResumeStateError, rank_key, rank_of
 from dist_resume.state.json_form import state_from_json, state_to_json
 from dist_resume.state.saved import decode
+from dist_resume.storage import resolve
+
+_STATE_FILE_LIMIT = 2**28  # bytes of one rank's loader state in JSON
 
 # The folder inside accelerate's checkpoint directory that holds the loader states.
 STATE_FOLDER = "dist_resume"
@@ -126,11 +131,12 @@ def _read_saved_state(input_dir: str, index: int) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for rank in ranks:
         path = _state_path(directory, index, rank)
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
         try:
+            text = read_whole(resolve(directory), path, f"loader state file {path}", _STATE_FILE_LIMIT).decode()
             state = state_from_json(text)
-        except (ValueError, KeyError, TypeError) as error:
+        except CheckpointError as error:  # not a regular file, larger than any loader state
+            raise ResumeStateError(str(error)) from None
+        except (ValueError, KeyError, TypeError) as error:  # UnicodeDecodeError is a ValueError
             raise ResumeStateError(f"loader state file {path} is not a loader state: {error}") from None
         entries = sorted(key for key in state if rank_of(key) is not None)
         if entries != [rank_key(rank)]:
