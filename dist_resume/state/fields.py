@@ -35,6 +35,9 @@ MAX_WORLD_SIZE = 2**20
 RANK_PREFIX = "rank_"
 FIRST_FIELDS = 17  # the fields of the first states of FORMAT_VERSION 1; later ones were appended
 UNKNOWN_STEP = -1  # RankState.global_step of a state saved before the step was recorded
+# Global steps a run counts: far beyond any, and a loaded count leaves room to count on in int64.
+STEP_LIMIT = 2**62
+_INT64 = range(-(2**63), 2**63)
 
 
 class ResumeStateError(ValueError):
@@ -105,7 +108,11 @@ class RankState:
         )
 
     def to_tensor(self) -> torch.Tensor:
-        return torch.tensor(astuple(self), dtype=torch.int64)
+        values = astuple(self)
+        for name, value in zip(FIELDS, values):
+            if value not in _INT64:  # every number is bounded where it comes in: this is a bug's last stop
+                raise ValueError(f"loader state field {name} = {value} does not fit the int64 it is saved as")
+        return torch.tensor(values, dtype=torch.int64)
 
     @classmethod
     def from_tensor(cls, values: Any, key: str) -> RankState:

@@ -20,6 +20,7 @@ from dist_resume.state.fields import (
     Identity,
     RankState,
     ResumeStateError,
+    STEP_LIMIT,
     UNKNOWN_STEP,
     Sampling,
     plan_digest,
@@ -231,8 +232,8 @@ def _check_counts(state: RankState) -> None:
         problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
     if not 0 <= state.seed:
         problems.append(f"seed {state.seed}")
-    if state.global_step < UNKNOWN_STEP:
-        problems.append(f"global step {state.global_step}")
+    if not UNKNOWN_STEP <= state.global_step <= STEP_LIMIT:
+        problems.append(f"global step {state.global_step} outside {UNKNOWN_STEP} to 2**62")
     for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
         if getattr(state, flag) not in (0, 1):
             problems.append(f"{flag} {getattr(state, flag)}")
