@@ -20,7 +20,10 @@ from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import CheckpointError, CheckpointExistsError, StorageError
 from dist_resume.storage import CheckpointStore
 
+from tests import save_outcome_worker
+from tests.checkpoint_worker import launch
 from tests.layout import committed_dir, load_weights as _load, weights as _state
+from tests.s3_server import free_port
 
 
 def _foreign_file(index: Path, name: str) -> None:
@@ -200,3 +203,27 @@ def test_an_unknown_outcome_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         f"whether step 2 at {run} is committed is not known: creating its commit marker failed (cannot commit "
         f"{run / step_dir_name(2) / MARKER}: connection reset) and reading its commit marker failed too (cannot read "
         f"{run / step_dir_name(2) / MARKER}: connection reset); list_checkpoints tells once storage answers")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before", [True, False], ids=["before the marker", "after the marker"])
+def test_a_rank_whose_peer_died_at_the_commit_says_what_the_marker_says(tmp_path: Path, before: bool) -> None:
+    """Rank 0 dies right before or right after creating step 2's marker (issue 32: a kill
+    between the commit and the save's last broadcast made the survivor say "cannot save"
+    of a committed step). The survivor's save fails, or returns and warns, as the marker says."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    procs = launch("rank0_dies_at_commit", 2, {"url": str(run), "out": str(out), "before": before}, free_port(),
+                   script=save_outcome_worker.__file__)
+    codes = [proc.wait(timeout=240) for proc in procs]
+    logs = "\n".join((out / f"rank0_dies_at_commit-rank{rank}.log").read_text() for rank in range(2))
+    assert codes == [17, 0], logs
+    result = json.loads((out / "rank1.json").read_text())
+    assert _attempt_committed(run, 2) == (not before)
+    if before:
+        assert result["ended"].startswith(f"CheckpointError: cannot save step 2 at {run}: a peer rank is gone"), result
+        assert _load(str(run)) == (1, 0.0)
+        return
+    assert result["ended"] == "returned", result
+    assert len(result["warnings"]) == 1 and result["warnings"][0].startswith(
+        f"step 2 at {run} is committed, but this rank then saw "), result
+    assert _load(str(run)) == (2, 10.0)
