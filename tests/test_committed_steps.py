@@ -138,3 +138,31 @@ def test_index_and_markers_in_any_disagreement(tmp_path_factory, conditions: lis
     assert _steps(str(run)) == [*kept, step]
     assert _load(str(run)) == (step, float(step))
     assert all((run / step_dir_name(s)).is_dir() for s in uncommitted)  # never touched
+
+
+def test_on_s3_a_run_lists_from_listings_and_still_follows_its_markers(s3_bucket: str, monkeypatch) -> None:
+    """On S3 a marker whose ETag is the MD5 its index entry recorded is the marker committed:
+    listing reads no marker. One removed, or damaged, is found all the same."""
+    import s3fs
+
+    import dist_resume.checkpoint.marker as marker
+
+    url, fs = f"{s3_bucket}/run", s3fs.S3FileSystem()
+    root = url[len("s3://"):]
+    for step in (1, 2, 3, 4):
+        save_checkpoint(_state(float(step)), url, step)
+    reads: list[str] = []
+    original = marker.read_whole
+    monkeypatch.setattr(marker, "read_whole", lambda loc, path, *a: (reads.append(path), original(loc, path, *a))[1])
+    assert _steps(url) == [1, 2, 3, 4] and reads == []
+    fs.rm_file(f"{root}/{step_dir_name(3)}/{MARKER}")  # its entry left behind
+    fs.invalidate_cache()
+    assert _steps(url) == [1, 2, 4] and reads == [f"{root}/{step_dir_name(3)}/{MARKER}"]
+    fs.pipe_file(f"{root}/{step_dir_name(4)}/{MARKER}", b'{"step": 4, "world_size": "1", "committed_at": 1.0}')
+    fs.invalidate_cache()
+    message = f"step 4 at {url} is damaged: its commit marker has"
+    with pytest.raises(CheckpointCorruptError, match=f"^{re.escape(message)}") as listed:
+        list_checkpoints(url)
+    with pytest.raises(CheckpointCorruptError) as loaded:
+        read_loader_states(url)
+    assert str(listed.value) == str(loaded.value)

@@ -53,6 +53,11 @@ def unknown_outcome(where: str, what_failed: str, failure: BaseException, unread
                           f"commit marker failed too ({unread}); list_checkpoints tells once storage answers")
 
 
+def marker_bytes(marker: dict) -> bytes:
+    """A commit marker as stored."""
+    return json.dumps(marker).encode()
+
+
 def _version() -> str | None:
     try:
         return package_metadata.version("dist-resume")
@@ -100,7 +105,7 @@ def _create_marker(store: CheckpointStore, step: int, marker: dict) -> bool:
     whose answer is lost is settled by reading the marker back."""
     path = posixpath.join(step_dir(store, step), MARKER)
     try:
-        return store.create_exclusive(path, json.dumps(marker).encode())
+        return store.create_exclusive(path, marker_bytes(marker))
     except CheckpointError as failed:
         try:
             found = read_commit(store, step, step_dir(store, step))
@@ -116,7 +121,8 @@ def _after_commit(store: CheckpointStore, step: int, marker: dict, keep: int | N
     """Index the committed ``step`` and prune: a failure of either leaves the save committed,
     and says so (listings read the marker of a step that is not indexed)."""
     try:
-        write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+        write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)),
+                    marker_bytes(marker))
     except Exception as exc:  # noqa: BLE001 - the step is committed whatever failed here
         warnings.warn(f"step {step} at {store.loc.url} is committed, but it was not indexed: {exc} (listings "
                       "read each step's commit marker instead)", stacklevel=2)

@@ -14,6 +14,7 @@ read or written through a link.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
@@ -27,7 +28,7 @@ from dist_resume.storage import DIRECTORY, LINK, FILE, CheckpointStore
 
 INDEX_DIR = ".commits"
 # Bounded digit counts: a name never stands for a number too large to convert.
-_ENTRY = re.compile(r"step_(\d{8,})(?:\.w(\d{1,7})\.b(\d{1,19})\.t(\d{1,17}))?", re.ASCII)
+_ENTRY = re.compile(r"step_(\d{8,})(?:\.w(\d{1,7})\.b(\d{1,19})\.t(\d{1,17})(?:\.m([0-9a-f]{32}))?)?", re.ASCII)
 
 
 class Summary(NamedTuple):
@@ -36,6 +37,7 @@ class Summary(NamedTuple):
     world_size: int
     size_bytes: int
     committed_at: float  # seconds since the epoch, to the microsecond
+    marker_md5: str | None = None  # of the marker's bytes (in names written since markers are vouched by it)
 
 
 class IndexEntry(NamedTuple):
@@ -73,8 +75,8 @@ def index_entries(store: CheckpointStore) -> dict[int, list[IndexEntry]]:
         match = _ENTRY.fullmatch(entry.name)
         if not match or entry.kind != FILE or entry.name.split(".")[0] != f"step_{int(match.group(1)):08d}":
             continue
-        world_size, size_bytes, micros = match.groups()[1:]
-        summary = None if world_size is None else Summary(int(world_size), int(size_bytes), int(micros) / 1e6)
+        world_size, size_bytes, micros, md5 = match.groups()[1:]
+        summary = None if world_size is None else Summary(int(world_size), int(size_bytes), int(micros) / 1e6, md5)
         steps.setdefault(int(match.group(1)), []).append(IndexEntry(entry.name, summary))
     return steps
 
@@ -102,17 +104,33 @@ def indexed_size(store: CheckpointStore, step: int, entries: Iterable[IndexEntry
 
 
 def entry_name(step_dir_name: str, summary: Summary) -> str:
-    return f"{step_dir_name}.w{summary.world_size}.b{summary.size_bytes}.t{_micros(summary.committed_at)}"
+    md5 = f".m{summary.marker_md5}" if summary.marker_md5 else ""
+    return f"{step_dir_name}.w{summary.world_size}.b{summary.size_bytes}.t{_micros(summary.committed_at)}{md5}"
 
 
-def write_entry(store: CheckpointStore, step: int, step_dir_name: str, marker: dict[str, Any], size_bytes: int) -> None:
-    """Index a step whose marker is stored (replacing entries a removed step left)."""
+def marker_md5(data: bytes) -> str:
+    """The MD5 of a marker's bytes, as S3 tags an object stored by one PUT."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def vouched(entries: Iterable[IndexEntry], tag: str | None) -> Summary | None:
+    """The summary of the entry whose marker storage vouches for: the marker's tag (an S3
+    ETag) is the MD5 the entry recorded of the bytes committed, so the marker is those
+    bytes; None if no entry is vouched for (the marker is then read)."""
+    return next((entry.summary for entry in entries if tag and entry.summary is not None
+                 and entry.summary.marker_md5 == tag), None)
+
+
+def write_entry(store: CheckpointStore, step: int, step_dir_name: str, marker: dict[str, Any], size_bytes: int,
+                marker_bytes: bytes) -> None:
+    """Index a step whose marker (``marker_bytes``) is stored (replacing entries a removed step left)."""
     problem = unusable_index(store)
     if problem is not None:
         raise CheckpointError(problem)
     store.ensure_directory(index_dir(store))
     remove_entries(store, index_entries(store).get(step, ()))
-    name = entry_name(step_dir_name, Summary(marker["world_size"], size_bytes, marker["committed_at"]))
+    name = entry_name(step_dir_name, Summary(marker["world_size"], size_bytes, marker["committed_at"],
+                                             marker_md5(marker_bytes)))
     store.create_exclusive(entry_path(store, name), json.dumps({**marker, "size_bytes": size_bytes}).encode())
 
 

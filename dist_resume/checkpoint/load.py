@@ -29,10 +29,10 @@ from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
-from dist_resume.checkpoint.commit_index import index_entries, indexed_size
+from dist_resume.checkpoint.commit_index import index_entries, indexed_size, vouched
 from dist_resume.checkpoint.digests import METADATA_DIGEST, checked_digests
-from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, newest_commit, read_commit, refuse_misplaced,
-                                              step_dir, step_directories)
+from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, marker_tags, newest_commit, read_commit,
+                                              refuse_misplaced, step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY, ResumeStateError, rank_of
@@ -256,12 +256,19 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
     Steps pruned while they are listed are left out."""
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
-    found = commits(store, step_directories(store))
-    if not found:
+    steps = step_directories(store)
+    entries, tags = (index_entries(store), marker_tags(store)) if steps else ({}, {})
+    # A marker whose tag is the MD5 its index entry recorded is the marker committed: not read again.
+    known = {step: summary for step in steps if (summary := vouched(entries.get(step, ()), tags.get(step)))}
+    found = commits(store, {step: directory for step, directory in steps.items() if step not in known})
+    if not found and not known:
         refuse_misplaced(store)
-    entries = index_entries(store)
+    infos = [CheckpointInfo(step=step, committed_at=summary.committed_at, world_size=summary.world_size,
+                            size_bytes=summary.size_bytes, url=store.loc.url_of(steps[step]))
+             for step, summary in known.items()]
     with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
-        return list(pool.map(lambda commit: _info(store, commit, entries.get(commit.step, ())), found))
+        infos += pool.map(lambda commit: _info(store, commit, entries.get(commit.step, ())), found)
+    return sorted(infos, key=lambda info: info.step)
 
 
 _LISTING_READS = 16

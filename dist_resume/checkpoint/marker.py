@@ -13,7 +13,8 @@ from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import MAX_WORLD_SIZE
 from dist_resume.storage import Location
 
-ATTEMPT_NAME = re.compile(r"attempt_[0-9a-f]{32}")  # one save's own directory inside its step
+ATTEMPT_PREFIX = "attempt_"
+ATTEMPT_NAME = re.compile(rf"{ATTEMPT_PREFIX}[0-9a-f]{{32}}")  # one save's own directory inside its step
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
 LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 

@@ -13,7 +13,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from dist_resume.checkpoint.marker import ATTEMPT_NAME, read_marker
+from dist_resume.checkpoint.marker import ATTEMPT_NAME, ATTEMPT_PREFIX, read_marker
 from dist_resume.checkpoint.metadata_checks import METADATA
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore
@@ -90,6 +90,18 @@ def newest_commit(store: CheckpointStore, steps: dict[int, str]) -> Commit | Non
         if found is not None:
             return found
     return None
+
+
+def marker_tags(store: CheckpointStore) -> dict[int, str]:
+    """The tag of each step directory's marker by step (`CheckpointStore.tags`: from listings
+    of the step directories, their attempts rolled up); none where storage offers no tags."""
+    found = {}
+    for path, tag in (store.tags(store.loc.join("step_"), f"/{ATTEMPT_PREFIX}") or {}).items():
+        name, _, rest = path.partition("/")
+        match = _STEP_DIR.fullmatch(name)
+        if match and rest == MARKER and name == step_dir_name(int(match.group(1))):
+            found[int(match.group(1))] = tag
+    return found
 
 
 def commits(store: CheckpointStore, steps: dict[int, str]) -> list[Commit]:
