@@ -166,10 +166,17 @@ def test_an_entry_of_another_commit_of_the_step_is_not_believed(tmp_path: Path) 
     assert (info.committed_at, info.size_bytes) == _committed_info(tmp_path / step_dir_name(31))
 
 
-def test_s3_run_loads_and_lists_without_a_request_per_step(s3_bucket: str, monkeypatch) -> None:
-    url = f"{s3_bucket}/run"
+@pytest.mark.parametrize("folder", ["/run", ""], ids=["in a folder", "at the bucket's top"])
+def test_s3_run_loads_and_lists_without_a_request_per_step(s3_bucket: str, monkeypatch, folder: str) -> None:
+    url = f"{s3_bucket}{folder}"
     _save_run(url)
     requests = _Requests(monkeypatch)
+    import dist_resume.checkpoint.marker as marker
+
+    reads: list[str] = []
+    original = marker.read_whole
+    monkeypatch.setattr(marker, "read_whole", lambda loc, path, *a: (reads.append(path), original(loc, path, *a))[1])
     assert _load(url)[0] == 31
+    assert len(reads) == 1  # the newest step's marker
     assert [info.step for info in list_checkpoints(url)] == list(STEPS)
-    assert requests.exists == [] and requests.tree_size == []
+    assert requests.exists == [] and requests.tree_size == [] and len(reads) == 1

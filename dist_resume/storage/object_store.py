@@ -70,7 +70,8 @@ class ObjectStore(CheckpointStore):
         if not self._s3:
             return None
         bucket, _, key = prefix.partition("/")
-        root = self.loc.root.partition("/")[2].rstrip("/") + "/"
+        base = self.loc.root.partition("/")[2].strip("/")
+        root = f"{base}/" if base else ""  # a run at the bucket's top
         request: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": delimiter}
         found = {}
         while True:
