@@ -82,13 +82,23 @@ def _committed_info(directory: Path) -> tuple[float, int]:
     return marker["committed_at"], sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
-def test_latest_step_and_listing_check_no_marker_and_list_no_step(tmp_path: Path, monkeypatch) -> None:
+def test_latest_step_reads_one_marker_and_listing_measures_no_step(tmp_path: Path, monkeypatch) -> None:
+    """The load reads the newest step's marker only; it checks that each step's marker is
+    there (what this job found committed, for a later save that finds its step taken: one
+    listing on S3). The listing takes sizes from the index entries' names."""
     _save_run(str(tmp_path))
     requests = _Requests(monkeypatch)
+    import dist_resume.checkpoint.marker as marker
+
+    reads: list[str] = []
+    original = marker.read_whole
+    monkeypatch.setattr(marker, "read_whole", lambda loc, path, *a: (reads.append(path), original(loc, path, *a))[1])
     step, weights = _load(str(tmp_path))
     assert step == 31 and torch.equal(weights, torch.full((4,), 31.0))
+    assert reads == [str(tmp_path / step_dir_name(31) / MARKER)]
+    assert sorted(requests.exists) == [str(tmp_path / step_dir_name(step) / MARKER) for step in STEPS]
     infos = list_checkpoints(str(tmp_path))
-    assert requests.exists == [] and requests.tree_size == []
+    assert requests.tree_size == []
     assert [info.step for info in infos] == list(STEPS)
     for info in infos:
         assert (info.committed_at, info.size_bytes) == _committed_info(tmp_path / step_dir_name(info.step))

@@ -2,8 +2,9 @@
 marker that makes a step exist once every rank's files are stored, and pruning old steps.
 Only rank 0 runs these; the collectives around them are the caller's.
 
-A save's outcome is one fact, its marker: before the marker exists a failure fails the save;
-once it exists the save succeeded, and what follows (indexing, pruning) only warns if it fails.
+A save's outcome is one fact, its marker (`save_outcome`): before the marker exists a failure
+fails the save; once it exists the save succeeded, and what follows (indexing, pruning) only
+warns if it fails.
 """
 
 from __future__ import annotations
@@ -12,45 +13,34 @@ import json
 import posixpath
 import time
 import uuid
-import warnings
 from importlib import metadata as package_metadata
 
 import torch
 
 from dist_resume.checkpoint.commit_index import index_entries, remove_entries, write_entry
 from dist_resume.checkpoint.digests import DIGESTS_KEY
+from dist_resume.checkpoint.run_history import note_arrival, note_attempt, note_commit, step_taken
+from dist_resume.checkpoint.save_outcome import unknown_outcome
 from dist_resume.checkpoint.split_metadata import commit_digests
 from dist_resume.checkpoint.step_dirs import (MARKER, read_commit, require_directory, step_dir, step_dir_name,
                                               step_directories)
-from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
+from dist_resume.errors import CheckpointCorruptError, CheckpointError
 from dist_resume.storage import CheckpointStore
 
 
 def prepare_attempt(store: CheckpointStore, step: int) -> str:
-    """Refuse a committed step; return a new directory for this save's files, where no
-    other save (another job on the same URL) writes. Nothing is deleted here."""
+    """Refuse a committed step, saying who committed it; return a new directory for this
+    save's files, where no other save (another job on the same URL) writes. Nothing is
+    deleted here."""
     store.require_container("save to")
     directory = step_dir(store, step)
     require_directory(store, directory, store.kind(directory))
+    note_arrival(store)
     if store.exists(posixpath.join(directory, MARKER)):
-        raise CheckpointExistsError(
-            f"step {step} is already committed at {store.loc.url}; a committed checkpoint is never overwritten"
-        )
-    return posixpath.join(directory, f"attempt_{uuid.uuid4().hex}")
-
-
-class OutcomeUnknown(CheckpointError):
-    """A save that cannot tell whether its step is committed (storage stopped answering as
-    its marker was created); the message says so."""
-
-
-def unknown_outcome(where: str, what_failed: str, failure: BaseException, unread: CheckpointError) -> OutcomeUnknown:
-    """The error of a save that failed as ``what_failed`` said (with ``failure``) and could not
-    read its commit marker then (``unread``)."""
-    if isinstance(failure, OutcomeUnknown):
-        return failure
-    return OutcomeUnknown(f"whether {where} is committed is not known: {what_failed} ({failure}) and reading its "
-                          f"commit marker failed too ({unread}); list_checkpoints tells once storage answers")
+        raise step_taken(store, step, "Nothing of this save was written")
+    attempt = posixpath.join(directory, f"attempt_{uuid.uuid4().hex}")
+    note_attempt(store.loc, attempt)
+    return attempt
 
 
 def marker_bytes(marker: dict) -> bytes:
@@ -65,8 +55,9 @@ def _version() -> str | None:
         return None
 
 
-def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> None:
-    """Commit ``attempt`` as ``step`` if no other save committed it first (G7)."""
+def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> list[str]:
+    """Commit ``attempt`` as ``step`` if no other save committed it first (G7); return what
+    failed after the commit ("it was not indexed: ..."), which leaves the step committed."""
     loc = store.loc
     where = f"step {step} at {loc.url}"
     try:
@@ -87,17 +78,9 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
     }
     if not _create_marker(store, step, marker):
         store.remove_tree(attempt)
-        raise CheckpointExistsError(
-            f"{where} was committed by another save while this one ran (two jobs on one URL?); "
-            "this save's files were removed and the committed step is unchanged"
-        )
-    _after_commit(store, step, marker, keep)
-
-
-def committed_by(store: CheckpointStore, step: int, attempt: str) -> bool:
-    """Whether ``step`` is committed, and by the save whose files are in ``attempt``."""
-    found = read_commit(store, step, step_dir(store, step))
-    return found is not None and found.marker.get("attempt") == posixpath.basename(attempt)
+        raise step_taken(store, step, "This save's files were removed")
+    note_commit(loc, step)
+    return _after_commit(store, step, marker, keep)
 
 
 def _create_marker(store: CheckpointStore, step: int, marker: dict) -> bool:
@@ -117,28 +100,28 @@ def _create_marker(store: CheckpointStore, step: int, marker: dict) -> bool:
         return found.marker.get("attempt") == marker["attempt"]
 
 
-def _after_commit(store: CheckpointStore, step: int, marker: dict, keep: int | None) -> None:
-    """Index the committed ``step`` and prune: a failure of either leaves the save committed,
-    and says so (listings read the marker of a step that is not indexed)."""
+def _after_commit(store: CheckpointStore, step: int, marker: dict, keep: int | None) -> list[str]:
+    """Index the committed ``step`` and prune; return what failed of that (the step is
+    committed whatever failed here; listings read the marker of a step that is not indexed)."""
+    failed = []
     try:
         write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)),
                     marker_bytes(marker))
-    except Exception as exc:  # noqa: BLE001 - the step is committed whatever failed here
-        warnings.warn(f"step {step} at {store.loc.url} is committed, but it was not indexed: {exc} (listings "
-                      "read each step's commit marker instead)", stacklevel=2)
-    if keep is None:
-        return
-    try:
-        prune(store, step, keep)
-    except Exception as exc:  # noqa: BLE001
-        warnings.warn(f"step {step} at {store.loc.url} is committed, but older steps were not pruned "
-                      f"(keep={keep}): {exc}; the next save with keep= prunes them", stacklevel=2)
+    except Exception as exc:  # noqa: BLE001 - said, never raised: the step is committed
+        failed.append(f"it was not indexed: {exc} (listings read each step's commit marker instead)")
+    if keep is not None:
+        try:
+            failed += prune(store, step, keep)
+        except Exception as exc:  # noqa: BLE001
+            failed.append(f"older steps were not pruned (keep={keep}): {exc}; the next save with keep= prunes them")
+    return failed
 
 
-def prune(store: CheckpointStore, step: int, keep: int) -> None:
+def prune(store: CheckpointStore, step: int, keep: int) -> list[str]:
     """Delete committed steps older than ``step`` beyond the newest ``keep`` (``step`` included).
     Only steps whose markers say they are committed are counted or deleted: a step directory
-    without a marker is not a step, and one with a damaged marker is left as it is."""
+    without a marker is not a step, and one with a damaged marker is left as it is (returned:
+    what to say of them)."""
     steps = step_directories(store)
     entries = index_entries(store)
     kept, damaged = 1, []
@@ -157,6 +140,7 @@ def prune(store: CheckpointStore, step: int, keep: int) -> None:
         remove_entries(store, entries.get(old, ()))
         store.remove_file(posixpath.join(steps[old], MARKER))
         store.remove_tree(steps[old])
-    if damaged:
-        warnings.warn(f"keep={keep} at {store.loc.url} left steps {damaged} alone: their commit markers are "
-                      "damaged (load_checkpoint with step= says how)", stacklevel=2)
+    if not damaged:
+        return []
+    return [f"keep={keep} left steps {damaged} alone: their commit markers are damaged (load_checkpoint with "
+            "step= says how)"]

@@ -27,12 +27,13 @@ from dist_resume.checkpoint.collectives import dcp_call, on_every_rank, on_rank0
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
+from dist_resume.checkpoint.run_history import note_load
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
 from dist_resume.checkpoint.commit_index import index_entries, indexed_size, vouched
 from dist_resume.checkpoint.digests import METADATA_DIGEST, checked_digests
-from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, marker_tags, newest_commit, read_commit,
-                                              refuse_misplaced, step_dir, step_directories)
+from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, marked_steps, marker_tags, newest_commit,
+                                              read_commit, refuse_misplaced, step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
 from dist_resume.state.fields import ELASTIC_GUARD_KEY, ResumeStateError, rank_of
@@ -51,14 +52,14 @@ class CheckpointInfo:
     url: str  # printable: credentials removed
 
 
-def _choose(store: CheckpointStore, step: int | None,
-            every_entry: set[str] | None) -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
-    """The committed ``step`` (default: the latest), its data directory, its metadata,
+def _choose(store: CheckpointStore, step: int | None, every_entry: set[str] | None,
+            steps: dict[int, str]) -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
+    """The committed ``step`` (default: the latest) of ``steps`` (the location's step
+    directories, `step_directories`), its data directory, its metadata,
     whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
     saved with it, unless a loader under a key of ``every_entry`` receives every saved
     rank's entries; None: every loader does), and the digests its commit recorded; None if
     the location holds nothing."""
-    steps = step_directories(store)
     found = newest_commit(store, steps) if step is None else \
         read_commit(store, step, steps[step]) if step in steps else None
     if found is None:
@@ -191,8 +192,17 @@ def load_checkpoint(
         require_agreement(loc, process_group, "load", step=step)
         with collector_paused():
             every_entry = {key for key, value in state.items() if not isinstance(value, Stateful)}
-            chosen = on_rank0(process_group, lambda: _choose(store, step, every_entry))
+            found: list[set[int]] = []  # rank 0's: the steps committed at the run, for run_history
+
+            def choose() -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
+                steps = step_directories(store)
+                found.append(marked_steps(store, steps))
+                return _choose(store, step, every_entry, steps)
+
+            chosen = on_rank0(process_group, choose)
             if chosen is None:
+                if found:
+                    note_load(loc, None, found[0])
                 return None
             step, directory, metadata, split, recorded = chosen
             if split:  # each rank reads its own entries' metadata
@@ -211,6 +221,8 @@ def load_checkpoint(
                 value.load_state_dict(targets[key])
             elif not isinstance(value, Stateful):
                 state[key] = targets[key]
+    if found:
+        note_load(loc, step, found[0] | {step})
     return step
 
 
@@ -235,7 +247,7 @@ def read_loader_states(
 
 def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[int, dict[str, Any]]:
     loc = store.loc
-    chosen = _choose(store, step, None)
+    chosen = _choose(store, step, None, step_directories(store))
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
     step, directory, metadata, _, _ = chosen
