@@ -113,7 +113,9 @@ def run(quick: bool) -> list[FigureResult]:
     took = result.value("with the index", series).median
     result.check(f"{series} with the index, seconds", took, "< 1", took < 1)
     result.notes.append(
-        "Finding the latest step: the run's listing and the newest step's marker, with or without the index. "
+        "Finding the latest step: the run's listing and the newest step's marker, with or without the index, "
+        "and the listing of the step directories' markers (which steps were committed when the job loaded: "
+        "what a later save that finds its step taken says). "
         "list_checkpoints with the index: three listings (the run; .commits/; the step directories' markers, "
         "their attempts rolled up), and a step whose marker's ETag is the MD5 its entry's name recorded is taken "
         "from that name, no file read. Without it: every step's marker read and its files listed.")
