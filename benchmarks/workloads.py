@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import struct
 import time
 from collections.abc import Callable
 
@@ -103,3 +105,23 @@ def epoch_rate(loader: DataLoader) -> float:
     start = time.perf_counter()
     batches = sum(1 for _ in loader)
     return batches / (time.perf_counter() - start)
+
+
+RECORD_BYTES = 8 + 256  # a tar record's data: an int64 id and 256 random bytes
+
+
+def write_webdataset_shards(directory: str, shards: int, records: int) -> list[str]:
+    """`shards` tar files of `records` records each, ``{"__key__": "<id, 9 digits>", "id":
+    <int64, little-endian>, "bin": <256 random bytes>}``, written by webdataset's TarWriter
+    as a WebDataset job writes them (a pax header before every file); their paths."""
+    import webdataset
+
+    draw = random.Random(0)
+    urls = []
+    for shard in range(shards):
+        url = f"{directory}/shard-{shard:03}.tar"
+        with webdataset.TarWriter(url) as writer:
+            for index in range(shard * records, (shard + 1) * records):
+                writer.write({"__key__": f"{index:09}", "id": struct.pack("<q", index), "bin": draw.randbytes(256)})
+        urls.append(url)
+    return urls

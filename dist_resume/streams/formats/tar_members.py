@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from dist_resume.streams.formats.tar_headers import (
-    BLOCK, DATALESS, EXTENSIONS, LONG_LINK, LONG_NAME, PAX_GLOBAL, REGULAR, SPARSE, ZERO_BLOCK, MalformedHeader,
+    BLOCK, DATALESS, EXTENSIONS, LONG_LINK, LONG_NAME, PAX_GLOBAL, PAX_LOCAL, REGULAR, SPARSE, ZERO_BLOCK, MalformedHeader,
     pax_records, pax_size, parse_header, text)
 
 READ_BYTES = 1 << 18  # what reading samples asks the file for at once: many small members a call
@@ -139,43 +139,50 @@ def extended(stream: TarBytes, where: str, header: bytes, offset: int, last: tup
     member's own, and applied as tarfile applies them (of two that set a name or a size,
     the first). `seen`: the parses of extended header blocks met before (writers repeat
     them byte for byte: WebDataset's, a pax header before every file)."""
-    payloads = []
-    at = offset
+    take = stream.take
+    payloads = []  # (type, payload) of the extended headers that may set what a sample needs
+    parsed = seen.get(header)
     while True:
-        parsed = seen.get(header) if header[156] in EXTENSION_CODES else None
         if parsed is None:
             try:
                 parsed = parse_header(header)
             except MalformedHeader as problem:
-                raise ValueError(f"{where}: {damaged(at, last, problem)}") from None
+                raise ValueError(f"{where}: {damaged(stream.start + stream.position - BLOCK, last, problem)}") from None
             if parsed[0] in EXTENSIONS and len(seen) < SEEN_LIMIT:
                 seen[header] = parsed
         kind, name, size = parsed
         if kind not in EXTENSIONS:
-            break
+            return applied(payloads, kind, name, size, where, offset) if payloads else parsed
         if size > EXTENSION_LIMIT:
-            raise ValueError(f"{where}: the extended header at byte {at} declares {size:,} bytes, more than the "
-                             f"{EXTENSION_LIMIT:,} this reader reads")
-        payload = stream.take(size)
-        at = stream.start + stream.position
-        header = stream.take(BLOCK)
-        if len(payload) < size or len(header) < BLOCK or header == ZERO_BLOCK:
+            raise ValueError(f"{where}: the extended header at byte {stream.start + stream.position - BLOCK} declares "
+                             f"{size:,} bytes, more than the {EXTENSION_LIMIT:,} this reader reads")
+        payload = take(size)
+        header = take(BLOCK)
+        if len(payload) != size or len(header) != BLOCK or header == ZERO_BLOCK:
             raise ValueError(f"{where}: the shard ends inside the extended header at byte {offset}, before its "
                              "member's header: it is truncated")
-        payloads.append((kind, payload))
+        # A local pax header of no name, size or sparse map (WebDataset's: a time) sets nothing a sample needs.
+        if kind != PAX_LOCAL or b"path=" in payload or b"size=" in payload or b"GNU.sparse." in payload:
+            payloads.append((kind, payload))
+        parsed = seen.get(header) if header[156] in EXTENSION_CODES else None
+
+
+def applied(payloads: list[tuple[bytes, bytes]], kind: bytes, name: str, size: int, where: str,
+            offset: int) -> tuple[bytes, str, int]:
+    """(type flag, name, size) of the member at `offset` whose own header reads `kind`,
+    `name` and `size`, once its extended headers' `payloads` are applied."""
     long_name = path = new_size = None
     for extension, payload in payloads:
         if extension == LONG_NAME:
             if long_name is None and path is None:
                 long_name = text(payload)
-        elif extension != LONG_LINK and (extension == PAX_GLOBAL or b"path=" in payload or b"size=" in payload
-                                          or b"GNU.sparse." in payload):  # else it sets nothing a sample needs
+        elif extension != LONG_LINK:
             try:
                 records = pax_records(payload)
                 new_size = pax_size(records) if new_size is None else new_size
             except MalformedHeader as problem:
                 raise ValueError(f"{where}: tar member {name!r} (at byte {offset}): {problem}") from None
-            if b"GNU.sparse." in payload and any(key.startswith(b"GNU.sparse.") for key in records):
+            if any(key.startswith(b"GNU.sparse.") for key in records):
                 kind = SPARSE
             if extension == PAX_GLOBAL:
                 refused = [key.decode() for key in GLOBAL_REFUSED if key in records]
