@@ -102,7 +102,7 @@ def run(quick: bool) -> list[FigureResult]:
     counting = FigureResult("B7T-count", f"time to count the samples of the {shards} shards", "s")
     with tempfile.TemporaryDirectory(prefix="dist-resume-b7t-") as directory:
         began = time.perf_counter()
-        urls = write_webdataset_shards(directory, shards, records)
+        urls = write_webdataset_shards(directory, [records] * shards)
         written = time.perf_counter() - began
         size = sum(os.path.getsize(url) for url in urls)
         for workers in (0, 2):

@@ -110,18 +110,19 @@ def epoch_rate(loader: DataLoader) -> float:
 RECORD_BYTES = 8 + 256  # a tar record's data: an int64 id and 256 random bytes
 
 
-def write_webdataset_shards(directory: str, shards: int, records: int) -> list[str]:
-    """`shards` tar files of `records` records each, ``{"__key__": "<id, 9 digits>", "id":
-    <int64, little-endian>, "bin": <256 random bytes>}``, written by webdataset's TarWriter
-    as a WebDataset job writes them (a pax header before every file); their paths."""
+def write_webdataset_shards(directory: str, sizes: list[int]) -> list[str]:
+    """Tar shards of `sizes` records each, record i ``{"__key__": "<i, 9 digits>", "id": <i,
+    int64 little-endian>, "bin": <256 random bytes>}``, written by webdataset's TarWriter as a
+    WebDataset job writes them (a pax header before every file); their paths."""
     import webdataset
 
     draw = random.Random(0)
-    urls = []
-    for shard in range(shards):
+    urls, first = [], 0
+    for shard, size in enumerate(sizes):
         url = f"{directory}/shard-{shard:03}.tar"
         with webdataset.TarWriter(url) as writer:
-            for index in range(shard * records, (shard + 1) * records):
+            for index in range(first, first + size):
                 writer.write({"__key__": f"{index:09}", "id": struct.pack("<q", index), "bin": draw.randbytes(256)})
         urls.append(url)
+        first += size
     return urls

@@ -34,7 +34,7 @@ GIB8 = 2**33
 
 
 class Pipe(io.RawIOBase):
-    """A shard that cannot seek and hands out at most 1,000 bytes a read, as a pipe does."""
+    """A shard that cannot seek and hands out at most 300 bytes a read, as a pipe may."""
 
     name = "mem://pipe"
 
@@ -45,7 +45,7 @@ class Pipe(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        return self.inner.readinto(memoryview(buffer)[:1000])
+        return self.inner.readinto(memoryview(buffer)[:300])
 
 
 def members(data: bytes, read_bytes: int, file: Callable[[bytes], io.IOBase] = CountingFile, with_data: bool = True):

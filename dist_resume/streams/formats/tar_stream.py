@@ -40,6 +40,8 @@ def tar_stream(file: BinaryIO, where: str, read_bytes: int) -> TarBytes:
     """The tar stream of the shard `file` (named `where`), decompressed if it is compressed;
     a compression that is not read is a `ValueError` naming it."""
     head = file.read(BLOCK)
+    while len(head) < BLOCK and (more := file.read(BLOCK - len(head))):  # a pipe may hand out less
+        head += more
     kind = compression(head)
     if kind is None:
         return TarBytes(file, read_bytes, head)

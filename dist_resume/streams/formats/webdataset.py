@@ -73,8 +73,9 @@ class WebDatasetReader(ConfiguredDigest):
     as WebDataset groups ``key.ext`` files. Directories and links hold no sample data and
     are passed over; a file not named ``key.ext``, a repeated extension within a sample, or
     a key that comes back after other samples is a `ValueError` naming the file, and so is
-    any damage or member the reader does not read (tar_members.py): never a wrong sample.
-    Memory holds one sample and a block of the shard."""
+    a damaged header, a member the reader does not read (a GNU sparse file, ...) and a size
+    the shard does not hold (tar_members.py): never a wrong sample from them. Memory holds
+    one sample and a block of the shard."""
 
     draws_randomness = False  # ShardedStream reads it without seeding the global generators
 
