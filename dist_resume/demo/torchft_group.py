@@ -11,14 +11,14 @@ hosts the group's store and writes its port to ``--group-store``): each rank's l
 its own shard of the group's part, and the ranks average their gradients inside the group
 (gloo) before the Manager averages them over the groups.
 
-Each process writes ``DIR/<replica id>-<pid>.jsonl``: an ``up`` line once its Manager runs, then one
-line per step it ran, after ``should_commit`` (a step cut by a kill has no line). Hooks for
-the scenarios (each a file or a step): ``--ready-file`` is written once the Manager runs and
-``--start-file`` awaited before the first step; ``--kill-at-step S`` SIGKILLs the process in
-the middle of Manager step S (after the forward pass); ``--hold-at-step S`` (repeatable) writes
-``<--hold-prefix>-S.held`` when the Manager reaches step S and waits for ``...-S.release``;
-``--kill-on-hand-off S`` SIGKILLs it when the Manager, at step S or later, reads its state for
-a healing peer.
+Each process writes ``DIR/<replica id>-<pid>.jsonl``: an ``up`` line once its Manager runs,
+then one line per step it ran, after ``should_commit`` (a step cut by a kill has no line).
+Hooks for the scenarios (each a file or a step): ``--ready-file`` is written once the Manager
+runs and ``--start-file`` awaited before the first step; ``--kill-at-step S`` SIGKILLs the
+group (its process group: every rank) in the middle of Manager step S (after the forward pass);
+``--hold-at-step S`` (repeatable) writes ``<--hold-prefix>-S.held`` when the Manager reaches
+step S and waits for ``...-S.release``; ``--kill-on-hand-off S`` SIGKILLs the group when the
+Manager, at step S or later, reads its state for a healing peer.
 """
 
 from __future__ import annotations
@@ -76,6 +76,15 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def kill_group() -> None:
+    """SIGKILL every rank of this replica group at once: the process group that TorchftJob
+    gives the group's ranks (this process alone where it runs in its launcher's)."""
+    group = os.getpgid(0)
+    if group == os.getpgid(os.getppid()):
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)
+
+
 def _wait_for(path: Path) -> None:
     while not path.exists():
         time.sleep(_POLL_SECONDS)
@@ -123,7 +132,7 @@ class GroupState:
     def state_dict(self) -> dict[str, Any]:
         # The Manager reads it for a healing peer only: the hand-off has begun.
         if self.kill_on_hand_off is not None and self.manager.current_step() >= self.kill_on_hand_off:
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_group()
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -244,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         rank, taking_part = manager.participating_rank(), manager.is_participating()
         loss = loss_fn(model(batch[0]), batch[1])
         if step == args.kill_at_step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_group()
         loss.backward()
         average_in_group(model, args.group_size)
         if args.gradients == "allreduce":

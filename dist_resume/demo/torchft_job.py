@@ -53,9 +53,12 @@ class Group:
             if ranks > 1:
                 command += ["--group-rank", str(rank), "--group-size", str(ranks),
                             "--group-store", str(job.workdir / f"{name}.store")]
+            # The ranks share one process group (rank 0's), so that a kill takes the whole group at
+            # once, as a dead node would: a rank outliving rank 0 would fail in its Manager instead.
+            group = 0 if rank == 0 else self.processes[0].pid
             with open(self.logs[rank], "w") as out:
                 self.processes.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=job_env(),
-                                                       start_new_session=True))
+                                                       process_group=group))
 
     def _until(self, done, what: str, ending: bool = False) -> None:
         """Wait for ``done()``; a rank that exits first fails the wait, unless it waits for the end."""
@@ -99,7 +102,7 @@ class Group:
         codes = [process.returncode for process in self.processes]
         if len(set(codes)) > 1:
             raise self.failure(f"the ranks of {self.replica_id} ended differently: exit codes {codes}",
-                               next(rank for rank, code in enumerate(codes) if code != 0))
+                               max(range(len(codes)), key=lambda rank: codes[rank]))  # an error's log first
         return codes[0]
 
     def finished(self) -> None:
