@@ -106,8 +106,8 @@ def test_every_source_stays_within_its_token_bound_at_every_position_and_window(
 
 
 def test_two_sources_stay_within_half_a_sequence() -> None:
-    assert token_bound([7, 3], 0, 2049) == token_bound([7, 3], 1, 2049) == 2049 / 2
-    assert token_bound([1, 1, 2], 2, 10) == (1 + 0.5) * 10 / 2
+    assert token_bound([7, 3], 0, 2049) == token_bound([7, 3], 1, 2049) == Fraction(2049, 2)
+    assert token_bound([1, 1, 2], 2, 10) == Fraction(15, 2)
     assert token_bound([1, 0], 1, 10) == 0
 
 

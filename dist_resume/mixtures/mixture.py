@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -157,7 +158,7 @@ class Mixture(Dataset):
             raise IndexError(f"Mixture positions must be >= 0, got {int(positions.min())}")
         return self.position_order(checked_int("seed", seed, 0, INT64_LIMIT), 0, shuffle).indices(positions)
 
-    def window_bound(self, name: str) -> float:
+    def window_bound(self, name: str) -> int | Fraction:
         """Over any window of a stage, `|count of name - share * window| <` this; when the
         weights count tokens, `|real tokens of name - share * real tokens| <=` this, in
         tokens (`token_pacing`: `(1 + w (S - 2)) (seq_len + 1)`, one sequence for two

@@ -4,6 +4,7 @@ many draws each source has had at any position (sources continue across stages).
 from __future__ import annotations
 
 import bisect
+from fractions import Fraction
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
@@ -108,7 +109,7 @@ class Schedule:
     def stage_index(self, position: int) -> int:
         return bisect.bisect_right(self.starts, position) - 1
 
-    def window_bound(self, source: int, width: int = 1) -> float:
+    def window_bound(self, source: int, width: int = 1) -> int | Fraction:
         """Over any window inside a stage, `|count of source - share * window| <` this
         (see `split_tree`; a lone source's count is exact). Weights that count tokens:
         `|tokens of source - share * tokens| <=` this, in tokens (`width`: the most real

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Protocol
 
 import numpy
@@ -47,14 +48,14 @@ class DrawTokens(Protocol):
         """`before` of one draw count, as a Python int."""
 
 
-def token_bound(quotas: Sequence[int], source: int, width: int) -> float:
-    """`(1 + w_s (S - 2)) W / 2`: the most that `source`'s real tokens drawn in a stage of
-    `quotas` are off its share of every source's, at any position of the stage (0 for a
-    source without quota: it draws nothing)."""
+def token_bound(quotas: Sequence[int], source: int, width: int) -> Fraction:
+    """`(1 + w_s (S - 2)) W / 2`, exactly: the most that `source`'s real tokens drawn in a
+    stage of `quotas` are off its share of every source's, at any position of the stage (0
+    for a source without quota: it draws nothing)."""
     active = [quota for quota in quotas if quota > 0]
     if not quotas[source]:
-        return 0.0
-    return (1 + quotas[source] / sum(active) * (len(active) - 2)) * width / 2
+        return Fraction(0)
+    return (1 + Fraction(quotas[source], sum(active)) * (len(active) - 2)) * width / 2
 
 
 def first_true(test: Callable[[int], bool], guess: int) -> int:
