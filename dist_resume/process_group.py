@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -111,13 +112,16 @@ def collective_device(group: dist.ProcessGroup | None = None) -> torch.device:
 _TRANSPORT_WORDS = ("gloo", "NCCL", "Connection reset", "Connection closed", "Timed out", "timed out")
 
 
-def peer_failure(exc: BaseException, what: str, group: dist.ProcessGroup | None = None) -> str | None:
-    """What to say when ``exc``, raised by a collective of ``what``, means that a peer rank is
-    gone or did not take part within ``group``'s timeout; None if it means something else."""
+def peer_failure(exc: BaseException, what: str | Callable[[], str],
+                 group: dist.ProcessGroup | None = None) -> str | None:
+    """What to say when ``exc``, raised by a collective of ``what`` (or of what ``what()``
+    says, asked only then), means that a peer rank is gone or did not take part within
+    ``group``'s timeout; None if it means something else."""
     if not isinstance(exc, RuntimeError) or not (isinstance(exc, dist.DistError)
                                                  or any(word in str(exc) for word in _TRANSPORT_WORDS)):
         return None
     seconds = group_timeout(group).total_seconds()
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    what = what() if callable(what) else what
     return (f"{what}: a peer rank is gone or did not take part within the process group's timeout "
             f"({seconds:g} s) ({type(exc).__name__}: {detail})")

@@ -71,10 +71,11 @@ _GLOO_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
 @contextmanager
-def peers_answer(what: str, group: dist.ProcessGroup | None) -> Iterator[None]:
-    """Collectives of ``what`` ("cannot save step 5 at URL"): a peer rank that is gone or
-    late beyond ``group``'s timeout is one :class:`CheckpointError` that says so, on every
-    rank that waited for it, instead of the transport's raw error."""
+def peers_answer(what: str | Callable[[], str], group: dist.ProcessGroup | None) -> Iterator[None]:
+    """Collectives of ``what`` ("cannot save step 5 at URL", or a function that says it once a
+    peer is lost): a peer rank that is gone or late beyond ``group``'s timeout is one
+    :class:`CheckpointError` that says so, on every rank that waited for it, instead of the
+    transport's raw error."""
     try:
         yield
     except RuntimeError as exc:

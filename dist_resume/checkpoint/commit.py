@@ -65,9 +65,16 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
         store.remove_tree(attempt)
         raise step_taken(store, step, "This save's files were removed")
     note_commit(loc, step)
-    write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    # The step is committed from here on: a failure says so, never "cannot save".
+    try:
+        write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    except CheckpointError as exc:
+        raise type(exc)(f"{where} is committed, but indexing it failed (loads find it by its marker): {exc}") from None
     if keep is not None:
-        prune(store, step, keep)
+        try:
+            prune(store, step, keep)
+        except CheckpointError as exc:
+            raise type(exc)(f"{where} is committed, but deleting the steps beyond keep={keep} failed: {exc}") from None
 
 
 def prune(store: CheckpointStore, step: int, keep: int) -> None:
