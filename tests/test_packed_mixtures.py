@@ -7,6 +7,7 @@ to unpacked ones, are refused, and so is a state of another seq_len, weighing or
 
 from __future__ import annotations
 
+from fractions import Fraction
 
 import numpy
 import pytest
@@ -70,6 +71,38 @@ def test_resized_twice_the_mixture_gives_the_uninterrupted_batches_in_the_weight
     code_rows = [row for row in rows if source_of(row) == "code"]
     assert len(code_rows) > mix.lengths[1]
     check_documents(code_rows[:mix.lengths[1]], ((),) * 10 + FILE_LENGTHS)
+
+
+STAGED = [(0, WEIGHTS), (24, {"web": 1, "code": 1})]  # the second stage begins at step 4's end
+
+
+def staged_job(data, world_size, state, steps, num_workers=0):
+    urls, files = data
+    return run_job(lambda rank, size: ResumableDataLoader(
+        Mixture({"web": packed_stream(urls, seq_len=SEQ_LEN, canonical_streams=6),
+                 "code": TokenSequences(files, SEQ_LEN)}, STAGED),
+        batch_size=6 // size, rank=rank, world_size=size, collate_fn=collate_rows, num_workers=num_workers,
+        drop_last=True),
+        world_size, state, steps)
+
+
+def test_through_resumes_and_resizes_each_step_holds_the_real_token_shares_within_a_sequence(data):
+    """'code 0.3' is 30% of the real tokens trained: through a resume at 2 ranks x 2 workers,
+    then 3 ranks, then 1, at every global step's end each source's real tokens since its
+    stage began are within half a sequence of its share (two sources), and each step's own
+    tokens within one sequence (seq_len + 1 tokens) of it."""
+    whole, _ = staged_job(data, 1, None, None)
+    first, state = staged_job(data, 2, None, 3, num_workers=2)
+    second, state = staged_job(data, 3, state, 3)
+    rest, _ = staged_job(data, 1, state, None)
+    steps = first + second + rest
+    assert steps == whole and len(steps) == 8  # 50 positions: the partial last step dropped
+    code = [sum(row["num_tokens"] for row in step if source_of(row) == "code") for step in steps]
+    real = [sum(row["num_tokens"] for row in step) for step in steps]
+    for begin, end, share in ((0, 4, Fraction(3, 10)), (4, 8, Fraction(1, 2))):
+        for at in range(begin + 1, end + 1):
+            assert abs(sum(code[begin:at]) - share * sum(real[begin:at])) <= Fraction(SEQ_LEN + 1, 2)
+            assert abs(code[at - 1] - share * real[at - 1]) <= SEQ_LEN + 1
 
 
 def test_weighing_samples_the_mixture_weighs_token_slots(data):
