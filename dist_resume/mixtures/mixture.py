@@ -73,9 +73,13 @@ class Mixture(Dataset):
     sources must agree on it (`ValueError` naming them otherwise); None: theirs, or the
     first run's slot count. Stream sources are not indexed (`mixture[i]` is a TypeError).
     Packed sources (`packed` streams, `TokenSequences`; all of one `seq_len`, else a
-    `ValueError`, as for packed sources next to others): every position is one sequence
-    of `seq_len + 1` token slots, so the weights count token slots, and the bound above
-    holds for them in sequences (`seq_len`: the sources', None when none is packed).
+    `ValueError`, as for packed sources next to others; `seq_len`: theirs, None when none
+    is packed): `weigh='tokens'` (their default) makes the weights count real tokens: at
+    every global step's end each source's real tokens since its stage began are within
+    `window_bound / 2` of its share (half a sequence for two sources), each step within
+    `window_bound`, at any world size and through resizes; exact for "concat" streams and
+    token files, at the average fill for "fit" streams (exact at their source-epochs'
+    ends). `weigh='samples'`: the weights count sequences (`seq_len + 1` token slots each).
     With `in_order=False` each worker reads whole batches of its own run of positions
     (`unordered_positions`): a stream source's draws are then its items in shard order, each
     source still once per source-epoch, every position once across resumes at any layout
