@@ -3,7 +3,8 @@
 ``python tests/lease_job.py '<json args>'`` saves step 1 under ``url``, creates
 ``<handshake>/ready`` and waits for ``<handshake>/go``; then, with ``"then": "exit"``, it
 exits cleanly; with ``"then": "save_until_refused"`` it saves step 2, 3, ... until a save is
-refused and writes the error to ``<handshake>/outcome``.
+refused (for ``"seconds"`` at most, 120 unless given) and writes the error to
+``<handshake>/outcome``, or "never refused".
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main(args: dict) -> None:
     while not (handshake / "go").exists():  # released by the test, whatever the timing
         time.sleep(0.01)
     if args["then"] == "save_until_refused":
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + args.get("seconds", 120)
         step = 2
         while time.monotonic() < deadline:  # until this job's heartbeat finds the takeover
             try:

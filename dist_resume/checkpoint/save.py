@@ -17,6 +17,7 @@ from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
 from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
 from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.lease import confirm as confirm_lease
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
@@ -33,12 +34,18 @@ def _begin(store: CheckpointStore, step: int) -> str:
     return attempt
 
 
+def _commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> None:
+    """Rank 0: commit, unless another job took this job's writer lease over during the save."""
+    confirm_lease(store)
+    commit(store, step, attempt, keep, world_size)
+
+
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
             group: dist.ProcessGroup | None) -> None:
     world_size = dist.get_world_size(group) if distributed() else 1
     if distributed():
         dist.barrier(group=group)  # every rank's data is stored
-    on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+    on_rank0(group, lambda: _commit(store, step, attempt, keep, world_size))
 
 
 def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,

@@ -1,0 +1,212 @@
+"""A writer lease that lies, and jobs it must stop (issue 32 point 3, issue 33 "two writers at
+once, and a lease that lies"): one writer per run for any name found in the run's folder,
+a name that is not a lease (or a lease that is not a regular file) refused by name, staleness
+judged by what this job sees change and never by another machine's clock (G10), and a job
+whose lease was taken over never commits again, whatever happened after (G7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dist_resume import list_checkpoints, save_checkpoint
+from dist_resume.checkpoint import lease
+from dist_resume.errors import CheckpointError
+from dist_resume.storage import open_store, resolve
+from tests import lease_job
+from tests.lease_records import TIME, beating, leases, refused, write_record
+
+NOT_A_LEASE = ("which is not a writer lease (those are regular files named .writer_lease_<generation>, a decimal "
+               "number without leading zeros); this job cannot tell whether another job writes there: remove it "
+               "once no job writes to this run")
+
+
+def _save(url: str, step: int) -> None:
+    save_checkpoint({"w": torch.full((2,), float(step))}, url, step)
+
+
+@pytest.fixture
+def fast_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leases this process takes beat every 0.05 s: a watching job sees them change at once."""
+    monkeypatch.setenv("DIST_RESUME_LEASE_REFRESH", "0.05")
+
+
+def test_a_lease_of_any_width_holds_the_run(tmp_path: Path, fast_heartbeat: None) -> None:
+    """A takes over generation 999999999999999999 by creating 10**18; B, starting beside live
+    A, sees A's lease and is refused."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    Path(url, ".writer_lease_999999999999999999").write_text("not a record")  # names no job: taken over
+    store = open_store(resolve(url))
+    held = lease.take(store)
+    try:
+        with pytest.raises(CheckpointError, match="^" + refused(url, socket.gethostname(), os.getpid(),
+                                                                "1000000000000000000", stale_after="0.2") + "$"):
+            lease.take(store)
+    finally:
+        held.release()
+    assert leases(url) == [".writer_lease_1000000000000000000", ".writer_lease_999999999999999999"]
+
+
+@pytest.mark.parametrize("name", [".writer_lease_01", ".writer_lease_x", ".writer_lease_", ".writer_lease_-1",
+                                  ".writer_lease_1.bak", ".writer_lease_\u00b2", ".writer_lease_\uff11",
+                                  ".writer_lease_x." + "a" * 32 + ".tmp", ".writer_lease_ 1"])
+def test_a_name_that_is_not_a_lease_generation_is_refused(tmp_path: Path, name: str) -> None:
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    Path(url, name).write_text("")
+    with pytest.raises(CheckpointError, match="^" + re.escape(f"cannot save to {url}: its folder holds {name!r}, "
+                                                              f"{NOT_A_LEASE}") + "$"):
+        _save(url, 1)
+    assert list_checkpoints(url) == [] and sorted(os.listdir(url)) == [name]
+
+
+def test_a_private_write_left_by_a_crash_is_not_a_lease(tmp_path: Path) -> None:
+    """A local writer's private file (kill -9 during a heartbeat) is neither a lease nor refused."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    Path(url, ".writer_lease_4." + "0123456789abcdef" * 2 + ".tmp").write_text("half a rec")
+    _save(url, 1)
+    assert [info.step for info in list_checkpoints(url)] == [1]
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "directory"])
+def test_a_lease_that_is_a_link_or_a_directory_is_refused_by_name(tmp_path: Path, kind: str) -> None:
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    outside = tmp_path / "outside"
+    write_record(outside, time.time())
+    written = outside.read_bytes()
+    if kind == "directory":
+        Path(url, ".writer_lease_0").mkdir()
+    else:
+        Path(url, ".writer_lease_0").symlink_to(outside)
+    with pytest.raises(CheckpointError, match="^" + re.escape(
+            f"cannot save to {url}: its writer lease .writer_lease_0 is a {kind}, not a regular file (dist-resume "
+            "writes its lease as a regular file and never through a link); this job cannot tell whether another "
+            "job writes there: remove it once no job writes to this run") + "$"):
+        _save(url, 1)
+    assert outside.read_bytes() == written and list_checkpoints(url) == []
+    assert leases(url) == [".writer_lease_0"]
+
+
+def test_a_lease_that_is_a_directory_on_s3_is_refused_by_name(s3_bucket: str) -> None:
+    url = f"{s3_bucket}/run"
+    store = open_store(resolve(url))
+    store.loc.fs.pipe_file(store.loc.join(".writer_lease_3/inside"), b"x")
+    with pytest.raises(CheckpointError, match="its writer lease .writer_lease_3 is a directory, not a regular file"):
+        _save(url, 1)
+
+
+def test_a_dead_holder_whose_clock_runs_a_day_ahead_goes_stale(tmp_path: Path) -> None:
+    """Its last heartbeat reads a day from now; nothing changes while this job watches it for
+    4 of the holder's refresh periods (0.2 s), so the lease is stale and taken over."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    write_record(Path(url, ".writer_lease_0"), time.time() + 86400)
+    with pytest.warns(UserWarning, match="^" + re.escape(f"dist_resume: {url} has the writer lease of another job (host "
+                                                         "another-host, pid 4242, started ") + TIME + re.escape(
+            "); this job watches it for up to 0.2 s: if its heartbeat changes, this save is refused, else its lease "
+            "is stale and this job takes it over") + "$"):
+        _save(url, 1)
+    assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
+    assert [info.step for info in list_checkpoints(url)] == [1]
+
+
+def test_a_live_holder_whose_clock_runs_a_day_ahead_is_refused_saying_so(tmp_path: Path) -> None:
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    note = re.escape("; its recorded heartbeat time is ") + r"86[34]\d\d" + re.escape(
+        " s ahead of this machine's clock: the clocks disagree, and this job judges a lease only by what it sees "
+        "change")
+    with beating(Path(url, ".writer_lease_0"), clock_offset=86400), \
+            pytest.raises(CheckpointError, match="^" + refused(url, "another-host", 4242, "0", note) + "$"):
+        _save(url, 1)
+    assert list_checkpoints(url) == [] and leases(url) == [".writer_lease_0"]
+
+
+def _start(url: str, handshake: Path, then: str, **env: str) -> subprocess.Popen:
+    handshake.mkdir()
+    args = {"url": url, "handshake": str(handshake), "then": then, "seconds": 30}
+    job = subprocess.Popen([sys.executable, lease_job.__file__, json.dumps(args)], env={**os.environ, **env},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (handshake / "ready").exists():
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            raise AssertionError(f"the job did not save (exit code {job.poll()}): {job.communicate()[0].decode()}")
+        time.sleep(0.01)
+    return job
+
+
+def _taken_over(url: str, generation: int) -> str:
+    return (re.escape(f"cannot save to {url}: another job took over this run's writer lease (host "
+                      f"{socket.gethostname()}, pid {os.getpid()}, started ") + TIME
+            + re.escape(f", lease .writer_lease_{generation}); this job no longer writes there"))
+
+
+@pytest.mark.slow
+def test_a_forced_takeover_that_ended_is_not_forgotten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Job A holds the lease and beats every 0.2 s. This process takes it over, saves and ends
+    cleanly (its lease released) while A waits; A's next save is refused, whatever its
+    heartbeat found since."""
+    url = str(tmp_path / "run")
+    job_a = _start(url, tmp_path / "handshake", "save_until_refused", DIST_RESUME_LEASE_REFRESH="0.2")
+    try:
+        monkeypatch.setenv("DIST_RESUME_TAKE_OVER", "1")
+        _save(url, 100)
+        lease.release_all()  # this job ends
+        (tmp_path / "handshake" / "go").write_text("")
+        assert job_a.wait(timeout=150) == 0, job_a.communicate()[0].decode()
+    finally:
+        job_a.kill()
+    outcome = (tmp_path / "handshake" / "outcome").read_text()
+    assert re.fullmatch(_taken_over(url, 1), outcome), outcome
+    assert [info.step for info in list_checkpoints(url)] == [1, 100]
+    assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
+
+
+@pytest.mark.slow
+def test_a_job_taken_over_is_refused_at_its_next_save_before_any_heartbeat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Job A's heartbeat is an hour away; its first save after the takeover is refused."""
+    url = str(tmp_path / "run")
+    job_a = _start(url, tmp_path / "handshake", "save_until_refused", DIST_RESUME_LEASE_REFRESH="3600")
+    try:
+        monkeypatch.setenv("DIST_RESUME_TAKE_OVER", "1")
+        _save(url, 100)
+        (tmp_path / "handshake" / "go").write_text("")
+        assert job_a.wait(timeout=150) == 0, job_a.communicate()[0].decode()
+    finally:
+        job_a.kill()
+    outcome = (tmp_path / "handshake" / "outcome").read_text()
+    assert re.fullmatch(_taken_over(url, 1), outcome), outcome
+    assert [info.step for info in list_checkpoints(url)] == [1, 100]
+
+
+@pytest.mark.parametrize("change", ["removed", "overwritten"])
+def test_a_job_whose_lease_was_removed_or_overwritten_writes_no_more(tmp_path: Path, change: str) -> None:
+    """Nothing in dist-resume removes a lease or writes another job's: something else did,
+    and this job cannot tell who writes now."""
+    url = str(tmp_path / "run")
+    _save(url, 1)
+    path = Path(url, ".writer_lease_0")
+    if change == "removed":
+        path.unlink()
+    else:
+        write_record(path, time.time())
+    with pytest.raises(CheckpointError, match="^" + re.escape(
+            f"cannot save to {url}: this job's writer lease .writer_lease_0 was removed or overwritten by something "
+            "other than this job (by hand, or by another job on a store whose create-if-absent failed): another job "
+            "may write there; this job no longer writes there") + "$"):
+        _save(url, 2)
+    assert [info.step for info in list_checkpoints(url)] == [1]
