@@ -113,8 +113,9 @@ def test_a_dead_holder_whose_clock_runs_a_day_ahead_goes_stale(tmp_path: Path) -
     url = str(tmp_path / "run")
     os.makedirs(url)
     write_record(Path(url, ".writer_lease_0"), time.time() + 86400)
-    with pytest.warns(UserWarning, match="^" + re.escape(f"dist_resume: {url} has the writer lease of another job (host "
-                                                         "another-host, pid 4242, started ") + TIME + re.escape(
+    watching = re.escape(f"dist_resume: {url} has the writer lease of another job (host another-host, pid 4242, "
+                         "started ")
+    with pytest.warns(UserWarning, match="^" + watching + TIME + re.escape(
             "); this job watches it for up to 0.2 s: if its heartbeat changes, this save is refused, else its lease "
             "is stale and this job takes it over") + "$"):
         _save(url, 1)
