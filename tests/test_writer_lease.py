@@ -11,46 +11,31 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from dist_resume import save_checkpoint
+from dist_resume import list_checkpoints, save_checkpoint
+from dist_resume.checkpoint.lease import release_all
 from dist_resume.checkpoint.lease_files import LeaseFiles
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import open_store, resolve
 from tests import lease_job, rank_agreement_worker
-from tests.lease_records import TIME, beating, leases, record, refused, write_record
 from tests.checkpoint_worker import run
+from tests.lease_records import TIME, beating, leases, record, refused, write_record
 from tests.s3_server import free_port
 
 def _save(url: str, step: int) -> None:
     save_checkpoint({"w": torch.full((2,), float(step))}, url, step)
 
 
-def _start(url: str, handshake: Path, then: str, **env: str) -> subprocess.Popen:
-    handshake.mkdir()
-    args = {"url": url, "handshake": str(handshake), "then": then}
-    job = subprocess.Popen([sys.executable, lease_job.__file__, json.dumps(args)], env={**os.environ, **env},
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not (handshake / "ready").exists():
-        if job.poll() is not None or time.monotonic() > deadline:
-            job.kill()
-            raise AssertionError(f"the job did not save (exit code {job.poll()}): {job.communicate()[0].decode()}")
-        time.sleep(0.01)
-    return job
-
-
 @pytest.mark.slow
 def test_a_second_job_on_the_url_is_refused_until_the_first_exits(tmp_path: Path) -> None:
     """Refused at the first job's next heartbeat (every 0.2 s); taken at once once it ended."""
     url = str(tmp_path / "run")
-    first = _start(url, tmp_path / "handshake", "exit", DIST_RESUME_LEASE_REFRESH="0.2")
+    first = lease_job.start(url, tmp_path / "handshake", "exit", DIST_RESUME_LEASE_REFRESH="0.2")
     try:
         with pytest.raises(CheckpointError, match="^" + refused(url, socket.gethostname(), first.pid, "0",
                                                                 stale_after="0.8") + "$"):
@@ -69,7 +54,7 @@ def test_the_lease_of_a_killed_job_is_taken_over_at_once(tmp_path: Path) -> None
     """kill -9 leaves the lease behind with a fresh heartbeat; its process is gone from this
     machine, so a restart takes it over without waiting for it to go stale."""
     url = str(tmp_path / "run")
-    first = _start(url, tmp_path / "handshake", "exit")
+    first = lease_job.start(url, tmp_path / "handshake", "exit")
     first.kill()
     first.wait()
     assert leases(url) == [".writer_lease_0"]
@@ -158,14 +143,22 @@ def test_a_released_lease_is_taken_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_take_over_a_live_lease_and_the_old_writer_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """DIST_RESUME_TAKE_OVER=1 takes the lease of a live job; that job's next heartbeat finds
-    the takeover, and its saves are refused from then on, naming the job that took over."""
+@pytest.mark.parametrize(("refresh", "ends"), [("0.2", False), ("0.2", True), ("3600", False)],
+                         ids=["at_its_heartbeat", "after_the_new_job_ended", "before_any_heartbeat"])
+def test_take_over_a_live_lease_and_the_old_writer_never_commits_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       refresh: str, ends: bool) -> None:
+    """DIST_RESUME_TAKE_OVER=1 takes the lease of a live job A; A's saves are refused from then
+    on, naming the job that took over: found by its heartbeat or, before any, by its next
+    save; and also when that job has ended and released its lease before A saves again
+    (issue 32 point 3: A once found no lease, wrote its own again and kept committing)."""
     url = str(tmp_path / "run")
-    first = _start(url, tmp_path / "handshake", "save_until_refused", DIST_RESUME_LEASE_REFRESH="0.2")
+    first = lease_job.start(url, tmp_path / "handshake", "save_until_refused", seconds=30,
+                            DIST_RESUME_LEASE_REFRESH=refresh)
     try:
         monkeypatch.setenv("DIST_RESUME_TAKE_OVER", "1")
         _save(url, 100)
+        if ends:
+            release_all()
         (tmp_path / "handshake" / "go").write_text("")
         assert first.wait(timeout=150) == 0, first.communicate()[0].decode()
     finally:
@@ -175,6 +168,7 @@ def test_take_over_a_live_lease_and_the_old_writer_stops(tmp_path: Path, monkeyp
                           f"{socket.gethostname()}, pid {os.getpid()}, started ")
                 + TIME + re.escape(", lease .writer_lease_1); this job no longer writes there"))
     assert re.fullmatch(expected, outcome), outcome
+    assert [info.step for info in list_checkpoints(url)] == [1, 100]
     assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
 
 
