@@ -59,13 +59,20 @@ class LocalStore(CheckpointStore):
             raise self.loc.error("read", path, exc) from None
 
     def entries(self, path: str) -> list[Entry]:
+        listed = []
         try:
             with os.scandir(path) as found:
-                return [Entry(entry.name, _kind(entry.stat(follow_symlinks=False).st_mode)) for entry in found]
+                for entry in found:
+                    try:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        continue  # removed while listed (another writer's private file, renamed)
+                    listed.append(Entry(entry.name, _kind(mode)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise self.loc.error("list", path, exc) from None
+        return listed
 
     def exists(self, path: str) -> bool:
         return self.kind(path) is not None
