@@ -200,6 +200,10 @@ def _job(simulation: Simulation, number: int, store: CheckpointStore, outcomes: 
             outcomes[number] = str(error)
             simulation.finish(decided=True)
             return
+        except Exception as error:  # noqa: BLE001 - reported by the test, not lost in a thread
+            outcomes[number] = error
+            simulation.finish(decided=True)
+            return
         outcomes[number] = held
         held.stop()  # its heartbeat runs in the simulation instead
         simulation.decide()
@@ -232,6 +236,7 @@ def test_exactly_one_job_holds_the_lease_after_any_interleaving(tmp_path_factory
         simulation.run()
         for thread in threads:
             thread.join(timeout=60)
+    assert not [outcome for outcome in outcomes.values() if isinstance(outcome, Exception)], outcomes
     held = {outcome.generation: outcome for outcome in outcomes.values() if isinstance(outcome, lease.Lease)}
     newest = max(held, key=lambda generation: (len(generation), generation))
     current = json.loads(Path(url, f".writer_lease_{newest}").read_bytes())
