@@ -85,15 +85,16 @@ class Lease:
             pass
         return True
 
-    def _taken_over(self) -> bool:
-        """Whether another job took this lease over (looked up in the store, remembered)."""
+    def _taken_over(self, own_record: bool = True) -> bool:
+        """Whether another job took this lease over (looked up in the store, remembered); with
+        ``own_record``, also whether this job's record is still its own."""
         if self.lost_to is None:
             taker = successor(self.generation)
             if self.files.present(taker):
                 record = Holder.parse(self.files.read(taker) or b"")
                 who = record.describe() if record else "a record that names no job"
                 self.lost_to = f"another job took over this run's writer lease ({who}, lease {PREFIX}{taker})"
-            else:
+            elif own_record:
                 own = Holder.parse(self.files.read(self.generation) or b"")
                 if own is None or own.owner != self.holder.owner:
                     self.lost_to = (f"this job's writer lease {PREFIX}{self.generation} was removed or overwritten by "
@@ -101,9 +102,10 @@ class Lease:
                                     "create-if-absent failed): another job may write there")
         return self.lost_to is not None
 
-    def require_held(self) -> None:
-        """Raise if another job took this lease over."""
-        if self._taken_over():
+    def require_held(self, own_record: bool = True) -> None:
+        """Raise if another job took this lease over (with ``own_record``: or if this job's
+        record is no longer its own)."""
+        if self._taken_over(own_record):
             raise CheckpointError(f"cannot save to {self.files.url}: {self.lost_to}; this job no longer writes there")
 
     def stop(self) -> None:
@@ -193,7 +195,7 @@ def hold(store: CheckpointStore) -> None:
                 _release_at_exit.append(True)
             _held[key] = take(store)
             return
-    lease.require_held()
+    lease.require_held(own_record=False)  # a takeover, before anything is written; the record: before the commit
 
 
 def confirm(store: CheckpointStore) -> None:

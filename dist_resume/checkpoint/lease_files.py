@@ -15,7 +15,7 @@ import re
 
 from dist_resume.checkpoint.bounded_files import read_whole
 from dist_resume.checkpoint.lease_holder import LEASE_LIMIT
-from dist_resume.errors import CheckpointCorruptError, CheckpointError
+from dist_resume.errors import CheckpointCorruptError, CheckpointError, UnsafeCheckpointError
 from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore, private_write_target
 
 PREFIX = ".writer_lease_"
@@ -84,16 +84,13 @@ class LeaseFiles:
 
     def read(self, generation: str) -> bytes | None:
         """The record of ``generation``; None if there is none, or it is too large to be one."""
-        path = self.path(generation)
-        kind = self.store.kind(path)
-        if kind is None:
-            return None
-        if kind != FILE:
-            raise self._not_a_file(PREFIX + generation, kind)
         try:
-            return bytes(read_whole(self.store.loc, path, f"the writer lease at {self.url}", LEASE_LIMIT))
+            return bytes(read_whole(self.store.loc, self.path(generation), f"the writer lease at {self.url}",
+                                    LEASE_LIMIT))
         except CheckpointCorruptError:
-            return None  # removed while read, or over the size limit: no record either way
+            return None  # missing, or over the size limit: no record either way
+        except UnsafeCheckpointError:  # a link leading out of the run, a FIFO, a directory...
+            raise self._not_a_file(PREFIX + generation, self.store.kind(self.path(generation))) from None
 
     def present(self, generation: str) -> bool:
         """Whether anything at all stands under the name of ``generation``."""
