@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from dist_resume import list_checkpoints, save_checkpoint
 from dist_resume.checkpoint import lease
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import open_store, resolve
-from tests.lease_records import TIME, beating, leases, refused, write_record
+from tests.lease_records import TIME, beating, leases, record, refused, write_record
 
 NOT_A_LEASE = ("which is not a writer lease (those are regular files named .writer_lease_<generation>, a decimal "
                "number without leading zeros); this job cannot tell whether another job writes there: remove it "
@@ -131,20 +132,52 @@ def test_a_live_holder_whose_clock_runs_a_day_ahead_is_refused_saying_so(tmp_pat
     assert list_checkpoints(url) == [] and leases(url) == [".writer_lease_0"]
 
 
+@pytest.mark.parametrize("where", ["local", "moto"])
 @pytest.mark.parametrize("change", ["removed", "overwritten"])
-def test_a_job_whose_lease_was_removed_or_overwritten_writes_no_more(tmp_path: Path, change: str) -> None:
+def test_a_job_whose_lease_was_removed_or_overwritten_writes_no_more(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                      change: str, where: str) -> None:
     """Nothing in dist-resume removes a lease or writes another job's: something else did,
-    and this job cannot tell who writes now."""
-    url = str(tmp_path / "run")
+    and this job cannot tell who writes now. The check comes before the commit: the step this
+    save wrote is not committed."""
+    url = str(tmp_path / "run") if where == "local" else f"{request.getfixturevalue('s3_bucket')}/run"
     _save(url, 1)
-    path = Path(url, ".writer_lease_0")
+    store = open_store(resolve(url))
+    path = store.loc.join(".writer_lease_0")
     if change == "removed":
-        path.unlink()
+        store.remove_file(path)
     else:
-        write_record(path, time.time())
+        store.overwrite(path, record(time.time()))
     with pytest.raises(CheckpointError, match="^" + re.escape(
             f"cannot save to {url}: this job's writer lease .writer_lease_0 was removed or overwritten by something "
             "other than this job (by hand, or by another job on a store whose create-if-absent failed): another job "
             "may write there; this job no longer writes there") + "$"):
         _save(url, 2)
     assert [info.step for info in list_checkpoints(url)] == [1]
+
+
+def test_a_lease_rewritten_while_it_is_read_on_s3_is_never_taken_for_no_lease(s3_bucket: str) -> None:
+    """A live holder's heartbeat replaces its record, of another length each time, while this
+    job reads it: every read sees one whole version (a size from one version and bytes from
+    another once made it "a record that names no job", taken over at once)."""
+    url = f"{s3_bucket}/run"
+    store = open_store(resolve(url))
+    path = store.loc.join(".writer_lease_0")
+    stop = threading.Event()
+
+    def beat() -> None:
+        beats = 0
+        while not stop.is_set():
+            beats += 1
+            store.overwrite(path, record(time.time(), beat=beats, padding="x" * (beats % 7)))
+
+    store.overwrite(path, record(time.time()))
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        for _ in range(20):
+            with pytest.raises(CheckpointError, match="^" + refused(url, "another-host", 4242, "0") + "$"):
+                lease.take(store)
+    finally:
+        stop.set()
+        thread.join()
+    assert sorted(name.rsplit("/", 1)[1] for name in store.loc.fs.ls(store.loc.root)) == [".writer_lease_0"]

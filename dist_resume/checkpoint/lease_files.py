@@ -16,7 +16,7 @@ import re
 from dist_resume.checkpoint.bounded_files import read_whole
 from dist_resume.checkpoint.lease_holder import LEASE_LIMIT
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, UnsafeCheckpointError
-from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore, private_write_target
+from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore, private_write_target, retry
 
 PREFIX = ".writer_lease_"
 _GENERATION = re.compile(r"0|[1-9][0-9]*", re.ASCII)
@@ -83,14 +83,25 @@ class LeaseFiles:
         return generations[-1], self.read(generations[-1])
 
     def read(self, generation: str) -> bytes | None:
-        """The record of ``generation``; None if there is none, or it is too large to be one."""
-        try:
-            return bytes(read_whole(self.store.loc, self.path(generation), f"the writer lease at {self.url}",
-                                    LEASE_LIMIT))
+        """The record of ``generation``, one whole version of it (its holder replaces it at
+        every heartbeat); None if there is none, or it is too large to be one."""
+        path = self.path(generation)
+        loc = self.store.loc
+        if not loc.is_local:
+            # One ranged GET: a size and the bytes read apart could come from two versions.
+            try:
+                data = retry(loc.fs.cat_file, path, start=0, end=LEASE_LIMIT + 1)
+            except FileNotFoundError:
+                return None
+            except Exception as exc:
+                raise loc.error("read", path, exc) from None
+            return bytes(data) if len(data) <= LEASE_LIMIT else None
+        try:  # reads the file it opened: a version replaced meanwhile is not mixed in
+            return bytes(read_whole(loc, path, f"the writer lease at {self.url}", LEASE_LIMIT))
         except CheckpointCorruptError:
             return None  # missing, or over the size limit: no record either way
         except UnsafeCheckpointError:  # a link leading out of the run, a FIFO, a directory...
-            raise self._not_a_file(PREFIX + generation, self.store.kind(self.path(generation))) from None
+            raise self._not_a_file(PREFIX + generation, self.store.kind(path)) from None
 
     def present(self, generation: str) -> bool:
         """Whether anything at all stands under the name of ``generation``."""
