@@ -27,8 +27,6 @@ import threading
 import time
 import warnings
 
-from fsspec.implementations.local import LocalFileSystem
-
 from dist_resume.checkpoint.lease_files import PREFIX, LeaseFiles, successor
 from dist_resume.checkpoint.lease_holder import MAX_REFRESH, Holder
 from dist_resume.checkpoint.lease_watch import Look, Verdict, Watch
@@ -174,19 +172,10 @@ _held_lock = threading.Lock()
 _release_at_exit = []  # holds True once release_all is registered with atexit
 
 
-def _run_key(store: CheckpointStore) -> tuple[str, str, str | None]:
-    # One run however its URL is spelled: a local directory by its real path (a file:// URL,
-    # a plain path, a filesystem that wraps the local one), else by filesystem and endpoint.
-    loc = store.loc
-    if isinstance(loc.fs, LocalFileSystem):
-        return "local", os.path.realpath(loc.root), None
-    return type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None)
-
-
 def hold(store: CheckpointStore) -> None:
     """Make sure this process holds the writer lease of ``store``'s location: taken at the
     first save there, checked in the store at every later one, released at a clean exit."""
-    key = _run_key(store)
+    key = store.loc.run_key  # one run however its URL is spelled
     with _held_lock:
         lease = _held.get(key)
         if lease is None:
