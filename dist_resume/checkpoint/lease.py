@@ -191,7 +191,7 @@ def confirm(store: CheckpointStore) -> None:
     """Raise if the writer lease this process took for ``store``'s location (at the save's
     start) was taken over since: right before a commit, a job taken over commits nothing."""
     with _held_lock:
-        lease = _held.get(_run_key(store))
+        lease = _held.get(store.loc.run_key)
     if lease is not None:
         lease.require_held()
 
