@@ -45,8 +45,10 @@ def test_a_lease_of_any_width_holds_the_run(tmp_path: Path, fast_heartbeat: None
     Path(url, ".writer_lease_999999999999999999").write_text("not a record")  # names no job: taken over
     store = open_store(resolve(url))
     held = lease.take(store)
+    watching = re.escape(f"dist_resume: {url} has the writer lease of another job (host {socket.gethostname()}, "
+                         f"pid {os.getpid()}, started ") + TIME + re.escape("), its process runs on this machine; ")
     try:
-        with pytest.raises(CheckpointError, match="^" + refused(url, socket.gethostname(), os.getpid(),
+        with pytest.warns(UserWarning, match="^" + watching), pytest.raises(CheckpointError, match="^" + refused(url, socket.gethostname(), os.getpid(),
                                                                 "1000000000000000000", stale_after="0.2") + "$"):
             lease.take(store)
     finally:
@@ -104,17 +106,40 @@ def test_a_lease_that_is_a_directory_on_s3_is_refused_by_name(s3_bucket: str) ->
         _save(url, 1)
 
 
+def _waits(url: str, host: str, whereabouts: str) -> str:
+    """The line a save prints while it watches a lease of 0.05 s heartbeats, as a regex."""
+    return "^" + re.escape(f"dist_resume: {url} has the writer lease of another job (host {host}, pid 4242, started "
+                           ) + TIME + re.escape(
+        f"), {whereabouts}; this job waits, watching it for up to 0.2 s by its own clock: if its heartbeat changes, "
+        "this save is refused, else its lease is stale and this job takes it over") + "$"
+
+
+@pytest.mark.parametrize(("host", "whereabouts"), [
+    ("another-host", "on another machine, so this job cannot check its process"),
+    (socket.gethostname(), "its process cannot be checked from this job (another container, boot or pid namespace)"),
+])
+def test_a_restart_beside_a_dead_holder_it_cannot_check_waits_for_its_lease_to_go_stale(
+        tmp_path: Path, host: str, whereabouts: str) -> None:
+    """The old rank 0 was killed where this job cannot check its process: the restart's first
+    save says so and waits, sees the lease unchanged for 4 of its refresh periods, takes it
+    over and commits; no error."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    write_record(Path(url, ".writer_lease_0"), time.time(), host=host)  # its last heartbeat: just now
+    with pytest.warns(UserWarning, match=_waits(url, host, whereabouts)):
+        _save(url, 1)
+    assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
+    assert [info.step for info in list_checkpoints(url)] == [1]
+
+
 def test_a_dead_holder_whose_clock_runs_a_day_ahead_goes_stale(tmp_path: Path) -> None:
     """Its last heartbeat reads a day from now; nothing changes while this job watches it for
     4 of the holder's refresh periods (0.2 s), so the lease is stale and taken over."""
     url = str(tmp_path / "run")
     os.makedirs(url)
     write_record(Path(url, ".writer_lease_0"), time.time() + 86400)
-    watching = re.escape(f"dist_resume: {url} has the writer lease of another job (host another-host, pid 4242, "
-                         "started ")
-    with pytest.warns(UserWarning, match="^" + watching + TIME + re.escape(
-            "); this job watches it for up to 0.2 s: if its heartbeat changes, this save is refused, else its lease "
-            "is stale and this job takes it over") + "$"):
+    with pytest.warns(UserWarning, match=_waits(url, "another-host",
+                                                "on another machine, so this job cannot check its process")):
         _save(url, 1)
     assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
     assert [info.step for info in list_checkpoints(url)] == [1]

@@ -142,9 +142,10 @@ def take(store: CheckpointStore) -> Lease:
             if verdict is Verdict.REFUSE:
                 raise _refusal(files, watch, holder, sight[0])
             if not warned:
-                warnings.warn(f"dist_resume: {files.url} has the writer lease of another job ({holder.describe()}); "
-                              f"this job watches it for up to {holder.stale_after:g} s: if its heartbeat changes, "
-                              "this save is refused, else its lease is stale and this job takes it over")
+                warnings.warn(f"dist_resume: {files.url} has the writer lease of another job ({holder.describe()}), "
+                              f"{holder.whereabouts()}; this job waits, watching it for up to {holder.stale_after:g} s by its own "
+                              "clock: if its heartbeat changes, this save is refused, else its lease is stale and "
+                              "this job takes it over")
                 warned = True
             time.sleep(min(holder.refresh_seconds / _LOOKS_PER_PERIOD, _MAX_LOOK_INTERVAL))
             watch.see(_look(files))

@@ -103,11 +103,24 @@ class Holder:
         same_job = self.job not in ("", "none") and self.job == other.job  # "none": torchrun's default id
         return same_job or self._gone()
 
+    def on_this_machine(self) -> bool:
+        """Whether its process ran on this machine, in this pid namespace: the only place
+        where this job can tell whether it is gone."""
+        machine = self.process.rpartition("@")[0]
+        return bool(machine) and self.host == socket.gethostname() and machine == _machine()
+
+    def whereabouts(self) -> str:
+        """Whether this job can check the holder's process, said for a message."""
+        if self.on_this_machine():
+            return "its process runs on this machine"
+        if self.host != socket.gethostname():
+            return "on another machine, so this job cannot check its process"
+        return "its process cannot be checked from this job (another container, boot or pid namespace)"
+
     def _gone(self) -> bool:
-        machine, _, started = self.process.rpartition("@")
-        if not machine or self.host != socket.gethostname() or machine != _machine():
+        if not self.on_this_machine():
             return False  # another machine (or unknown): only the heartbeat tells
-        return _start_time(self.pid) != started
+        return _start_time(self.pid) != self.process.rpartition("@")[2]
 
     def describe(self) -> str:
         return f"host {self.host}, pid {self.pid}, started {_utc(self.started_at)}"
