@@ -77,6 +77,20 @@ def test_every_rank_of_a_refused_job_fails_together(tmp_path: Path, monkeypatch:
     assert not os.path.exists(os.path.join(url, "step_00000005"))
 
 
+@pytest.mark.slow
+def test_every_rank_saves_once_rank_0_has_watched_a_dead_job_s_lease_go_stale(tmp_path: Path) -> None:
+    """The old rank 0 died on another machine (its heartbeat every 0.5 s, so stale after 2 s
+    unchanged): rank 1 waits in the save's collective while rank 0 watches, and step 5 commits."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    write_record(Path(url, ".writer_lease_0"), time.time(), refresh=0.5)
+    out = tmp_path / "out"
+    run("leased_elsewhere", 2, {"out": str(out), "url": url}, free_port(), script=rank_agreement_worker.__file__)
+    assert [(out / f"leased-error-{rank}.txt").read_text() for rank in (0, 1)] == ["none", "none"]
+    assert [info.step for info in list_checkpoints(url)] == [5]
+    assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
+
+
 @pytest.mark.parametrize("heartbeat_age", [3600, 121, 0, -86400])
 def test_a_lease_seen_unchanged_for_its_stale_period_is_taken_over(tmp_path: Path, heartbeat_age: float) -> None:
     """4 refresh periods (0.2 s) without a change: stale, whatever the record's clock says."""
