@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
-from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.definition import MAX_LENGTH, Definition
 from dist_resume.mixtures.packed_sources import agreed_seq_len
 from dist_resume.mixtures.progress import SourceProgress, frontier, order_of, source_progress
 from dist_resume.mixtures.schedule import TOKENS_UNBOUND, Schedule, WeightsOrStages, parse_stages
@@ -108,7 +108,7 @@ class Mixture(Dataset):
         self._tokens_digest = derive_seed(*map(tokens_digest, self._sources)) if counts_tokens else 0
         if length is None:
             length = sum(self.lengths)
-        self.length = checked_int("Mixture length (positions per epoch)", length, 1)
+        self.length = checked_int("Mixture length (positions per epoch)", length, 1, MAX_LENGTH + 1)
         self.reweight = reweight
         self._requested = Schedule(parse_stages(weights, self.names), TOKENS_UNBOUND if counts_tokens else None)
         self.schedule = self._requested
