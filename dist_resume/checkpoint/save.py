@@ -19,6 +19,7 @@ from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previ
 from dist_resume.checkpoint.collectives import (checkpoint_group, dcp_call, distributed, on_rank0, peers_answer,
                                                 single_process_intended)
 from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.lease import confirm as confirm_lease
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
@@ -37,6 +38,13 @@ def _begin(store: CheckpointStore, step: int) -> str:
     return attempt
 
 
+def _commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> list[str]:
+    """Rank 0: commit, unless another job took this job's writer lease over during the save;
+    what failed after the commit (see ``commit``)."""
+    confirm_lease(store)
+    return commit(store, step, attempt, keep, world_size)
+
+
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
             group: dist.ProcessGroup | None, outcome: SaveOutcome) -> None:
     world_size = dist.get_world_size(group) if distributed() else 1
@@ -44,7 +52,7 @@ def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
     try:
         if distributed():
             dist.barrier(group=group)  # every rank's data is stored
-        afterwards = on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+        afterwards = on_rank0(group, lambda: _commit(store, step, attempt, keep, world_size))
     except Exception as failure:  # noqa: BLE001 - settled by the marker
         outcome.settle(failure, group)
         return
