@@ -119,3 +119,25 @@ def test_the_packing_figures_count_what_they_state(tmp_path: Path) -> None:
         assert abs(share - weight) < 1 / measured[(case, "sequences trained")], (case, series, share)
     assert {row["series"] for row in figures["B10R"]["rows"]} == {"packed ShardedStream", "TokenSequences",
                                                                    "torchtitan-style buffer packing"}
+
+
+@pytest.mark.slow
+def test_the_torchft_figures_run_both_loaders_in_the_same_loop(tmp_path: Path) -> None:
+    """`--only B11`: a real lighthouse and 2 replica groups time every loader at 0 and 2 workers
+    side by side, check each ManagedLoader row against the sampler's, and time a restarted
+    group's first data with each loader (what is timed is not asserted)."""
+    pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[test]' installs it)")
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B11", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
+               for figure_id in ("B11", "B11-first-data")}
+    loaders = {"torchft DistributedSampler", "dist-resume ManagedLoader",
+               "ManagedLoader, deterministic_transforms=False"}
+    assert {(row["case"], row["series"]) for row in figures["B11"]["rows"]} == {
+        (case, series) for case in ("0 workers", "2 workers") for series in loaders}
+    assert {check["name"] for check in figures["B11"]["checks"]} == {
+        f"{case}: step time {series} / sampler" for case in ("0 workers", "2 workers")
+        for series in loaders - {"torchft DistributedSampler"}}
+    assert {row["series"] for row in figures["B11-first-data"]["rows"]} == {"torchft DistributedSampler",
+                                                                            "dist-resume ManagedLoader"}
+    assert all(row["stats"]["median"] > 0 for figure in figures.values() for row in figure["rows"])

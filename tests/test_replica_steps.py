@@ -225,3 +225,15 @@ def test_batches_the_workers_prefetched_for_another_quorum_are_never_trained():
     job = Job(40, 2, 1, num_workers=2, prefetch_factor=2, persistent_workers=True)
     _churn(job)
     assert job.trained[0] == _order(40, 0)
+
+
+def test_a_group_that_stops_taking_part_is_handed_the_first_groups_part():
+    """ReplicaSteps' and ManagedLoader's word: a group that does not take part in a step (a
+    spare, or healing asynchronously) is handed the batch of the first group's part of the
+    step, also when it took part as another rank before (its pass at that rank was kept)."""
+    steps = ReplicaSteps(_loader(16, 2, 0, 1))
+    first = steps.serve(2, 1)  # the second of 2 groups
+    steps.settle(True)
+    spare = steps.serve(2, None)
+    order = _order(16, 0)
+    assert (first.tolist(), spare.tolist()) == (order[2:4], order[4:6])

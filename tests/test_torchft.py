@@ -7,6 +7,7 @@ augmentation (G4). Nothing here is timed: holds and releases pace the groups."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from datetime import timedelta
@@ -71,6 +72,35 @@ def test_a_group_killed_mid_step_and_restarted_loses_and_repeats_nothing(tmp_pat
     lines = read_lines(tmp_path / "records")
     restarted = [line for line in lines if line["replica"] == "g1" and line.get("step", 0) >= 6]
     assert any(line["taking_part"] and line["committed"] for line in restarted)
+
+
+@pytest.mark.slow
+def test_groups_of_two_ranks_one_killed_mid_step_and_restarted_lose_and_repeat_nothing(tmp_path):
+    """2 replica groups of 2 processes each (each rank its own Manager and its own shard of the
+    group's part, gradients averaged inside the group with gloo): both ranks of g1 are SIGKILLed
+    in the middle of step 3; g0 commits steps 3-5 alone; g1 comes back at step 6, each rank
+    healed from g0's rank of the same group rank. 80 samples, 8 per step of 2 groups."""
+    size = 80
+    with TorchftJob(tmp_path, ["--dataset-size", str(size), "--batch-size", "2"]) as job:
+        g0 = job.start("g0", "--hold-at-step", "6", ranks=2)
+        g1 = job.start("g1", "--kill-at-step", "3", ranks=2)
+        job.go(g0, g1)
+        assert g1.exited() == KILLED
+        g1, = job.join_at(6, [g0], "g1", ranks=2)
+        g0.finished()
+        g1.finished()
+    lines = read_lines(tmp_path / "records")
+    counted = tally(lines, size, 0, 1)
+    assert (counted.lost, counted.repeated, counted.augmentation_mismatches) == (0, 0, 0)
+    assert counted.exact, counted.epochs
+    steps = [line for line in lines if line["event"] == "step"]
+    assert {(line["group_rank"], line["group_size"]) for line in steps} == {(0, 2), (1, 2)}
+    cut = [line for line in steps if line["step"] == 3 and not line["committed"]]
+    assert sorted((line["replica"], line["group_rank"]) for line in cut) == [("g0", 0), ("g0", 1)]
+    alone = {line["step"] for line in steps if line["committed"] and line["participants"] == 1}
+    assert alone == {3, 4, 5}
+    back = [line for line in steps if line["replica"] == "g1" and line["step"] >= 6]
+    assert {line["group_rank"] for line in back if line["taking_part"] and line["committed"]} == {0, 1}
 
 
 @pytest.mark.slow
@@ -290,3 +320,27 @@ def test_only_a_resumable_loader_and_a_torchft_manager_are_taken(lone_manager):
         ManagedLoader(torch.utils.data.DataLoader(list(range(4))), lone_manager())
     with pytest.raises(TypeError, match="ManagedLoader expects a torchft.Manager, got object"):
         ManagedLoader(_loader(), object())
+
+
+_MOVED = ("the loader was moved outside ManagedLoader (set_epoch(), skip(), load_state_dict(), regroup() or iter() on "
+          "the loader itself): its position must follow the committed steps only. Iterate `while managed.epoch < "
+          "epochs: for batch in managed` without set_epoch(), and load a state with managed.load_state_dict()")
+
+
+@pytest.mark.parametrize("steps_before", [6, 2], ids=["between-epochs", "mid-epoch"])
+def test_an_epoch_set_on_the_loader_behind_the_managers_back_is_refused(lone_manager, steps_before):
+    """A loop that keeps its own epoch counter (`loader.set_epoch(epoch)`) would, in a group
+    that healed into its peers' later epoch, serve another epoch than its peers in the same
+    steps. Between epochs the loader silently served the epoch set; mid-epoch its stale pass
+    said to call iter(loader)."""
+    manager = lone_manager()
+    loader = _loader()
+    managed = ManagedLoader(loader, manager)
+    batches = iter(managed)
+    for _ in range(steps_before):
+        next(batches)
+        assert manager.should_commit()
+    with pytest.warns(UserWarning) if steps_before < 6 else contextlib.nullcontext():
+        loader.set_epoch(5)
+    with pytest.raises(RuntimeError, match=re.escape(_MOVED)):
+        next(batches) if steps_before < 6 else next(iter(managed))

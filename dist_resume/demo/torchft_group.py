@@ -2,18 +2,23 @@
 trains the demo's classifier under torchft's ``Manager``, its data from a
 ``ManagedLoader`` (or, to compare, from torchft's own ``DistributedSampler``).
 
-Run by ``dist_resume.demo.torchft_run``, one process per group and life::
+Run by ``dist_resume.demo.torchft_job``, one process per rank of each group and life::
 
     python -m dist_resume.demo.torchft_group --lighthouse http://127.0.0.1:PORT --replica-id g0 --records DIR
 
-It writes ``DIR/<replica id>-<pid>.jsonl``: an ``up`` line once its Manager runs, then one
-line per step it ran, after ``should_commit`` (a step cut by a kill has no line). Hooks for
-the scenarios (each a file or a step): ``--ready-file`` is written once the Manager runs and
-``--start-file`` awaited before the first step; ``--kill-at-step S`` SIGKILLs the process in
-the middle of Manager step S (after the forward pass); ``--hold-at-step S`` (repeatable) writes
-``<--hold-prefix>-S.held`` when the Manager reaches step S and waits for ``...-S.release``;
-``--kill-on-hand-off S`` SIGKILLs it when the Manager, at step S or later, reads its state for
-a healing peer.
+A group of several ranks is one process per rank (``--group-rank R --group-size W``; rank 0
+hosts the group's store and writes its port to ``--group-store``): each rank's loader serves
+its own shard of the group's part, and the ranks average their gradients inside the group
+(gloo) before the Manager averages them over the groups.
+
+Each process writes ``DIR/<replica id>-<pid>.jsonl``: an ``up`` line once its Manager runs,
+then one line per step it ran, after ``should_commit`` (a step cut by a kill has no line).
+Hooks for the scenarios (each a file or a step): ``--ready-file`` is written once the Manager
+runs and ``--start-file`` awaited before the first step; ``--kill-at-step S`` SIGKILLs the
+group (its process group: every rank) in the middle of Manager step S (after the forward pass);
+``--hold-at-step S`` (repeatable) writes ``<--hold-prefix>-S.held`` when the Manager reaches
+step S and waits for ``...-S.release``; ``--kill-on-hand-off S`` SIGKILLs the group when the
+Manager, at step S or later, reads its state for a healing peer.
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ def parser() -> argparse.ArgumentParser:
                         help="manager.allreduce per gradient, or torchft's DistributedDataParallel")
     parser.add_argument("--async-quorum", action="store_true", help="use_async_quorum=True (init_sync=False)")
     parser.add_argument("--timeout", type=float, default=60.0, help="the Manager's timeouts, seconds")
+    parser.add_argument("--group-rank", type=int, default=0, help="this process's rank in its replica group")
+    parser.add_argument("--group-size", type=int, default=1, help="ranks (processes) in the replica group")
+    parser.add_argument("--group-store", type=Path,
+                        help="with --group-size > 1: the file in which rank 0 writes its store's port")
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--start-file", type=Path)
     parser.add_argument("--kill-at-step", type=int)
@@ -65,6 +74,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-every", type=int, default=4)
     parser.add_argument("--resume", help="load the latest committed checkpoint of this URL at the start")
     return parser
+
+
+def kill_group() -> None:
+    """SIGKILL every rank of this replica group at once: the process group that TorchftJob
+    gives the group's ranks (this process alone where it runs in its launcher's)."""
+    group = os.getpgid(0)
+    if group == os.getpgid(os.getppid()):
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)
 
 
 def _wait_for(path: Path) -> None:
@@ -93,11 +111,12 @@ class _Records:
         self._file.flush()
 
     def step(self, epoch: int, batch: tuple, served: float, committed: bool, taking_part: bool,
-             participants: int, rank: int | None, step: int) -> None:
-        """One step: its batch, and when it was served."""
+             participants: int, rank: int | None, step: int, group: tuple[int, int] = (0, 1)) -> None:
+        """One step: its batch, and when it was served; `group`: (rank in the group, group size)."""
         features, _, indices = batch
         indices = indices.tolist()
         self.write(event="step", step=step, epoch=epoch, participants=participants, rank=rank,
+                   group_rank=group[0], group_size=group[1],
                    taking_part=taking_part, committed=committed, served=served, indices=indices,
                    positions=self._positions(epoch, indices),
                    fingerprints=[fingerprint(sample) for sample in features])
@@ -113,7 +132,7 @@ class GroupState:
     def state_dict(self) -> dict[str, Any]:
         # The Manager reads it for a healing peer only: the hand-off has begun.
         if self.kill_on_hand_off is not None and self.manager.current_step() >= self.kill_on_hand_off:
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_group()
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -121,15 +140,33 @@ class GroupState:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def group_store(args: argparse.Namespace) -> Any:
+    """The replica group's TCPStore: hosted by its rank 0 (which writes its port to
+    ``--group-store`` for the others), a client of it on the other ranks."""
+    if args.group_rank == 0:
+        store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        if args.group_size > 1:
+            _write_file(args.group_store, str(store.port))
+        return store
+    _wait_for(args.group_store)
+    return torch.distributed.TCPStore("127.0.0.1", int(args.group_store.read_text()), is_master=False,
+                                      wait_for_workers=False, timeout=timedelta(seconds=args.timeout))
+
+
 def build_manager(args: argparse.Namespace, state: GroupState) -> tuple[Any, Any]:
-    """The group's Manager, and the TCPStore of the group it serves from (to keep alive)."""
+    """The rank's Manager, and the TCPStore of its group (to keep alive). A group of several
+    ranks also forms its own process group (gloo) to average gradients inside the group."""
     from torchft import Manager, ProcessGroupGloo
 
-    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    store = group_store(args)
     timeout = timedelta(seconds=args.timeout)
+    if args.group_size > 1:
+        torch.distributed.init_process_group("gloo", store=torch.distributed.PrefixStore("group", store),
+                                             rank=args.group_rank, world_size=args.group_size, timeout=timeout)
     manager = Manager(pg=ProcessGroupGloo(timeout=timeout), min_replica_size=1, load_state_dict=None,
                       state_dict=None, replica_id=args.replica_id, store_addr="127.0.0.1", store_port=store.port,
-                      rank=0, world_size=1, lighthouse_addr=args.lighthouse, hostname="127.0.0.1",
+                      rank=args.group_rank, world_size=args.group_size, lighthouse_addr=args.lighthouse,
+                      hostname="127.0.0.1",
                       use_async_quorum=args.async_quorum, timeout=timeout,
                       # ManagedLoader refuses init_sync=True with async quorum; torchft's recipe keeps its default
                       init_sync=not (args.async_quorum and args.data == "dist-resume"),
@@ -138,13 +175,23 @@ def build_manager(args: argparse.Namespace, state: GroupState) -> tuple[Any, Any
     return manager, store
 
 
+def average_in_group(model: nn.Module, group_size: int) -> None:
+    """Average the gradients over the ranks of this replica group (as DDP inside a group would)."""
+    if group_size == 1:
+        return
+    for parameter in model.parameters():
+        torch.distributed.all_reduce(parameter.grad)
+        parameter.grad /= group_size
+
+
 def sampler_batches(args: argparse.Namespace, dataset: SyntheticDataset):
     """torchft's own recipe, each batch with its epoch: a static shard per group
     (``replica_rank`` from the group's id)."""
     from torchft.data import DistributedSampler
 
     sampler = DistributedSampler(dataset, replica_rank=int(args.replica_id.lstrip("g")),
-                                 num_replica_groups=args.replica_groups, group_rank=0, num_replicas=1,
+                                 num_replica_groups=args.replica_groups, group_rank=args.group_rank,
+                                 num_replicas=args.group_size,
                                  shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
                                          num_workers=args.num_workers)
@@ -177,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     records = _Records(args.records, args.replica_id, EpochPositions(args.dataset_size, args.seed, True))
     if args.data == "dist-resume":
         loader = ResumableDataLoader(dataset, batch_size=args.batch_size, shuffle=True, seed=args.seed,
-                                     num_workers=args.num_workers, rank=0, world_size=1)
+                                     num_workers=args.num_workers, rank=args.group_rank,
+                                     world_size=args.group_size)
         managed = ManagedLoader(loader, manager)
         checkpoint_state = {"train": TrainState(model, optimizer), "loader": managed}
         if args.resume:
@@ -205,15 +253,17 @@ def main(argv: list[str] | None = None) -> None:
         rank, taking_part = manager.participating_rank(), manager.is_participating()
         loss = loss_fn(model(batch[0]), batch[1])
         if step == args.kill_at_step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_group()
         loss.backward()
+        average_in_group(model, args.group_size)
         if args.gradients == "allreduce":
             allreduce_gradients(manager, model)
         committed = manager.should_commit()
         if committed:
             optimizer.step()
         optimizer.zero_grad()
-        records.step(epoch, batch, served, committed, taking_part, participants, rank, step)
+        records.step(epoch, batch, served, committed, taking_part, participants, rank, step,
+                     (args.group_rank, args.group_size))
         if committed and checkpoint_state and args.checkpoint and manager.current_step() % args.save_every == 0:
             save_checkpoint(checkpoint_state, args.checkpoint, manager.current_step())
         hold = manager.current_step()
@@ -223,6 +273,8 @@ def main(argv: list[str] | None = None) -> None:
             _wait_for(Path(f"{args.hold_prefix}-{hold}.release"))
     records.write(event="done", step=manager.current_step())
     manager.shutdown(wait=False)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

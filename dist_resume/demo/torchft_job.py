@@ -33,63 +33,89 @@ def lighthouse_command() -> str:
 
 
 class Group:
-    """One life of a replica group: its process and the files of its hooks."""
+    """One life of a replica group: its processes (one per rank) and the files of their hooks."""
 
-    def __init__(self, job: TorchftJob, replica_id: str, life: int, args: Sequence[str], module: str) -> None:
+    def __init__(self, job: TorchftJob, replica_id: str, life: int, args: Sequence[str], module: str,
+                 ranks: int) -> None:
         self.job, self.replica_id = job, replica_id
         name = f"{replica_id}-life{life}"
-        self.ready_file = job.workdir / f"{name}.ready"
-        self.hold_prefix = job.workdir / f"{name}.hold"
-        self.log = job.workdir / f"{name}.log"
-        command = [sys.executable, "-m", module, "--lighthouse", job.url,
-                   "--replica-id", replica_id, "--records", str(job.records), "--ready-file", str(self.ready_file),
-                   "--start-file", str(job.start_file), "--hold-prefix", str(self.hold_prefix),
-                   *job.common, *args]
-        with open(self.log, "w") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=job_env(),
-                                            start_new_session=True)
+        names = [name] if ranks == 1 else [f"{name}-rank{rank}" for rank in range(ranks)]
+        self.ready_files = [job.workdir / f"{each}.ready" for each in names]
+        self.hold_prefixes = [job.workdir / f"{each}.hold" for each in names]
+        self.logs = [job.workdir / f"{each}.log" for each in names]
+        self.log = self.logs[0]
+        self.processes: list[subprocess.Popen] = []
+        for rank in range(ranks):
+            command = [sys.executable, "-m", module, "--lighthouse", job.url, "--replica-id", replica_id,
+                       "--records", str(job.records), "--ready-file", str(self.ready_files[rank]),
+                       "--start-file", str(job.start_file), "--hold-prefix", str(self.hold_prefixes[rank]),
+                       *job.common, *args]
+            if ranks > 1:
+                command += ["--group-rank", str(rank), "--group-size", str(ranks),
+                            "--group-store", str(job.workdir / f"{name}.store")]
+            # The ranks share one process group (rank 0's), so that a kill takes the whole group at
+            # once, as a dead node would: a rank outliving rank 0 would fail in its Manager instead.
+            group = 0 if rank == 0 else self.processes[0].pid
+            with open(self.logs[rank], "w") as out:
+                self.processes.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=job_env(),
+                                                       process_group=group))
 
-    def _until(self, done, what: str) -> None:
+    def _until(self, done, what: str, ending: bool = False) -> None:
+        """Wait for ``done()``; a rank that exits first fails the wait, unless it waits for the end."""
         deadline = time.monotonic() + self.job.timeout
         while not done():
-            if self.process.poll() is not None and not done():
-                raise self.failure(f"{self.replica_id} exited with code {self.process.returncode} before {what}")
+            for rank, process in enumerate(self.processes):
+                if not ending and process.poll() is not None and not done():
+                    raise self.failure(f"{self._name(rank)} exited with code {process.returncode} before {what}", rank)
             if time.monotonic() > deadline:
                 raise self.failure(f"{self.replica_id} did not reach {what} within {self.job.timeout:.0f}s")
             time.sleep(_POLL_SECONDS)
 
-    def failure(self, what: str) -> JobError:
-        lines = self.log.read_text(errors="replace").strip().splitlines()
+    def _name(self, rank: int) -> str:
+        return self.replica_id if len(self.processes) == 1 else f"{self.replica_id} rank {rank}"
+
+    def failure(self, what: str, rank: int = 0) -> JobError:
+        log = self.logs[rank]
+        lines = log.read_text(errors="replace").strip().splitlines()
         errors = [line for line in lines if "Error" in line] or lines
-        return JobError(f"{what}; last error: {errors[-1].strip() if errors else '(no output)'} (log: {self.log})")
+        return JobError(f"{what}; last error: {errors[-1].strip() if errors else '(no output)'} (log: {log})")
 
     def ready(self) -> Group:
-        """Wait until its Manager runs."""
-        self._until(self.ready_file.exists, "its Manager")
+        """Wait until the Managers of all its ranks run."""
+        self._until(lambda: all(path.exists() for path in self.ready_files), "its Manager")
         return self
 
     def held(self, step: int) -> Group:
-        """Wait until it holds at Manager step ``step`` (its --hold-at-step)."""
-        self._until(Path(f"{self.hold_prefix}-{step}.held").exists, f"its hold at step {step}")
+        """Wait until all its ranks hold at Manager step ``step`` (its --hold-at-step)."""
+        self._until(lambda: all(Path(f"{prefix}-{step}.held").exists() for prefix in self.hold_prefixes),
+                    f"its hold at step {step}")
         return self
 
     def release(self, step: int) -> None:
-        Path(f"{self.hold_prefix}-{step}.release").write_text("")
+        for prefix in self.hold_prefixes:
+            Path(f"{prefix}-{step}.release").write_text("")
 
     def exited(self) -> int:
-        """Wait for its end; its exit code (a negative signal number if killed)."""
-        self._until(lambda: self.process.poll() is not None, "its end")
-        return self.process.returncode
+        """Wait for the end of all its ranks; their exit code (a negative signal number if
+        killed). Ranks that ended differently are an error that names each one's code."""
+        self._until(lambda: all(process.poll() is not None for process in self.processes), "its end", ending=True)
+        codes = [process.returncode for process in self.processes]
+        if len(set(codes)) > 1:
+            raise self.failure(f"the ranks of {self.replica_id} ended differently: exit codes {codes}",
+                               max(range(len(codes)), key=lambda rank: codes[rank]))  # an error's log first
+        return codes[0]
 
     def finished(self) -> None:
-        """Wait for its end; raise unless it ran to its end."""
-        if self.exited() != 0:
-            raise self.failure(f"{self.replica_id} exited with code {self.process.returncode}")
+        """Wait for its end; raise unless all its ranks ran to their end."""
+        code = self.exited()
+        if code != 0:
+            raise self.failure(f"{self.replica_id} exited with code {code}")
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        for process in self.processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 class TorchftJob:
@@ -134,7 +160,7 @@ class TorchftJob:
     def __exit__(self, *exc: object) -> None:
         for group in self.groups:
             group.kill()
-        pids = [group.process.pid for group in self.groups]
+        pids = [process.pid for group in self.groups for process in group.processes]
         self.lighthouse.terminate()
         try:
             self.lighthouse.wait(timeout=30)
@@ -144,21 +170,23 @@ class TorchftJob:
         self._lighthouse_log.close()
         wait_until_gone(pids, 60, "outlived their job")
 
-    def start(self, replica_id: str, *args: str, module: str = "dist_resume.demo.torchft_group") -> Group:
-        """A new life of group ``replica_id``: ``python -m module`` with the job's arguments
-        (torchft_group's: lighthouse, replica id, records, hook files) and ``args``."""
+    def start(self, replica_id: str, *args: str, module: str = "dist_resume.demo.torchft_group",
+              ranks: int = 1) -> Group:
+        """A new life of group ``replica_id``: ``ranks`` processes of ``python -m module`` with the
+        job's arguments (torchft_group's: lighthouse, replica id, records, hook files; with
+        several ranks, each one's rank, the group size and its store's file) and ``args``."""
         life = sum(group.replica_id == replica_id for group in self.groups)
-        group = Group(self, replica_id, life, args, module)
+        group = Group(self, replica_id, life, args, module, ranks)
         self.groups.append(group)
         return group
 
-    def join_at(self, step: int, holders: Sequence[Group], *replica_ids: str) -> list[Group]:
+    def join_at(self, step: int, holders: Sequence[Group], *replica_ids: str, ranks: int = 1) -> list[Group]:
         """Once every group of ``holders`` holds at Manager step ``step``, start new lives of
         ``replica_ids``; release the holders once their Managers run: they join that step's
         quorum (or, if theirs comes late, the next one's)."""
         for holder in holders:
             holder.held(step)
-        joined = [self.start(replica_id).ready() for replica_id in replica_ids]
+        joined = [self.start(replica_id, ranks=ranks).ready() for replica_id in replica_ids]
         for holder in holders:
             holder.release(step)
         return joined

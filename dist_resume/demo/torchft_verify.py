@@ -5,7 +5,8 @@ A sample is trained when it is in the batch of a group that took part in a step 
 it. Per epoch: *lost* samples were never trained, *repeated* ones more than once (padding
 excepted: the final step's wrap-around to the start of the epoch, G2), *wasted* batches were
 fetched for a step that did not commit or that the group did not take part in. Under
-``ManagedLoader`` the committed steps, in step order and each by participating rank, must also
+``ManagedLoader`` the committed steps, in step order and each by participating rank (then by
+rank inside the group, for groups of several ranks), must also
 read the epoch's order from its first position to its last (then the padding), and every
 serving of a sample must carry the augmentation an uninterrupted run gives it (G4).
 """
@@ -95,9 +96,14 @@ def tally(lines: list[dict[str, Any]], dataset_size: int, seed: int, epochs: int
                    len({line["step"] for line in trained}), mismatches)
     for epoch in range(epochs):
         mine = sorted((line for line in trained if line["epoch"] == epoch),
-                      key=lambda line: (line["step"], line["rank"]))
+                      key=lambda line: (line["step"], _served_rank(line)))
         result.epochs.append(_epoch_tally(epoch, mine, dataset_size))
     return result
+
+
+def _served_rank(line: dict[str, Any]) -> int:
+    """The rank a line's batch was served as, among all ranks of the step's groups."""
+    return line["rank"] * line.get("group_size", 1) + line.get("group_rank", 0)
 
 
 def _epoch_tally(epoch: int, lines: list[dict[str, Any]], dataset_size: int) -> EpochTally:
@@ -110,10 +116,11 @@ def _epoch_tally(epoch: int, lines: list[dict[str, Any]], dataset_size: int) -> 
     if stream[:dataset_size] == list(range(dataset_size)) and beyond == list(range(len(beyond))):
         tallied.padding = len(beyond)  # the final step wrapped around to the epoch's start
     tallied.repeated = sum(count - 1 for count in counts.values()) - tallied.padding
-    for line in lines:  # each committed step's parts: ranks 0..n-1, once each
-        ranks = [other["rank"] for other in lines if other["step"] == line["step"]]
-        if sorted(ranks) != list(range(line["participants"])):
-            tallied.out_of_order = f"step {line['step']} has parts of ranks {sorted(ranks)} of {line['participants']}"
+    for line in lines:  # each committed step's parts: ranks 0..n*W-1 (n groups of W ranks), once each
+        ranks = sorted(_served_rank(other) for other in lines if other["step"] == line["step"])
+        world = line["participants"] * line.get("group_size", 1)
+        if ranks != list(range(world)):
+            tallied.out_of_order = f"step {line['step']} has parts of ranks {ranks} of {world}"
             return tallied
     first_wrong = next((i for i, p in enumerate(stream[:dataset_size]) if p != i), None)
     if first_wrong is not None:

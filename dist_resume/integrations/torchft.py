@@ -43,7 +43,9 @@ class ManagedLoader:
     every group but one while counting it as a participant, and its part would be lost. The
     loader needs a `seed`, `drop_last=False` and `even_batches=True` (the final step is padded,
     G2), a map-style dataset or `Mixture` in its own order; `ShardedStream`s and other
-    IterableDatasets, custom samplers and `in_order=False` are refused (`regroup`).
+    IterableDatasets, custom samplers and `in_order=False` are refused (`regroup`). Once it is
+    made, the loader moves only through it: a `set_epoch`, `skip`, `load_state_dict` or `iter()`
+    on the loader itself makes the next step raise `RuntimeError`.
 
     Its `state_dict` / `load_state_dict` are the loader's at its own shard, at the committed
     position: put the `ManagedLoader` (not the loader) in `save_checkpoint`'s state, and a job

@@ -18,6 +18,13 @@ class Regrouping:
     _home: tuple[int, int] | None = None  # the shard the loader was built with, once regroup moved it
 
     @property
+    def generation(self) -> int:
+        """Changes whenever the loader's position is moved other than by iterating: a new
+        `iter()`, `set_epoch`, `skip`, `load_state_dict`, `regroup`. A part that owns the
+        loader's position (`ManagedLoader`) tells from it that something else moved it."""
+        return self._generation
+
+    @property
     def home_shard(self) -> tuple[int, int]:
         """`(rank, world_size)` of the loader's own data-parallel shard, as built: its state
         (`state_dict`, `load_state_dict`) is always this shard's, whatever `regroup` serves."""

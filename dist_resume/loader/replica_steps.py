@@ -46,8 +46,19 @@ class ReplicaSteps:
         from there. A step served and not settled keeps its outcome to come."""
         self._regroup(self.home_rank, self.home_world, None)
 
+    def _unmoved(self) -> None:
+        """Refuse a loader that something else moved since this rank last served from it: its
+        position would no longer be the committed steps' (G2 over committed steps)."""
+        if self.loader.generation != self._generation:
+            raise RuntimeError(
+                "the loader was moved outside ManagedLoader (set_epoch(), skip(), load_state_dict(), regroup() or "
+                "iter() on the loader itself): its position must follow the committed steps only. Iterate "
+                "`while managed.epoch < epochs: for batch in managed` without set_epoch(), and load a state with "
+                "managed.load_state_dict()")
+
     def _regroup(self, rank: int, world_size: int, consumed: int | None) -> None:
         self.loader.regroup(rank, world_size, consumed)
+        self._generation = self.loader.generation
         self._world = world_size
         self._count = 0  # committed global steps of the loader's layout of `_world` ranks
         self._yielded = 0  # batches `_pass` yielded
@@ -64,6 +75,7 @@ class ReplicaSteps:
         """The served step committed or not. Leaves the loader at the committed position (its
         state, taken now, is the committed history's); a committed step that completes the
         epoch moves it to the next epoch (`epoch_ended`)."""
+        self._unmoved()
         world, self._pending = self._pending, None
         if world is None:
             return
@@ -82,6 +94,7 @@ class ReplicaSteps:
         its pass ran ahead of it (a step not committed, or served and without an outcome yet: a
         state taken mid-step), or behind it (steps this rank was not served), the pass restarts;
         a step without an outcome yet still counts if it commits."""
+        self._unmoved()
         if self._yielded != self._count:
             self._regroup(self.loader.rank, self._world, self._count)
 
@@ -89,6 +102,7 @@ class ReplicaSteps:
 
     def begin_epoch(self) -> None:
         """Start serving the loader's epoch; one without a step ends at once."""
+        self._unmoved()
         self.epoch_ended = False
         if self._steps == 0 and not self.pending:
             for _ in iter(self.loader):  # an empty pass: the loader moves to the next epoch
@@ -99,13 +113,15 @@ class ReplicaSteps:
     def serve(self, replicas: int, replica_rank: int | None) -> Any:
         """This rank's batch of the next step of `replicas` participating groups, this group
         being the `replica_rank`-th of them (None: it does not take part)."""
+        self._unmoved()
         world = replicas * self.home_world
         rank = self.home_rank if replica_rank is None else replica_rank * self.home_world + self.home_rank
         fits = (self._pass is not None and self._world == world and self._yielded == self._count
-                and (replica_rank is None or self.loader.rank == rank))
+                and self.loader.rank == rank)
         if not fits:
             self._regroup(rank, world, self._count)
             self._pass = iter(self.loader)
+            self._generation = self.loader.generation
         batch = next(self._pass)
         self._yielded += 1
         self._pending = world
