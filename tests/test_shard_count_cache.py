@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dist_resume import ResumableDataLoader, ResumeStateError
 from dist_resume.streams import ShardedStream
@@ -172,3 +175,127 @@ def test_a_shard_rewritten_with_the_same_count_is_counted_again_and_resumes(tmp_
     loader = ResumableDataLoader(stream, batch_size=BATCH, collate_fn=collate)
     loader.load_state_dict(state)
     assert list(loader) == rest
+
+
+# The counts cache as a mechanism: where it is, what it keeps, and any file found in its place
+
+def cache_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def test_the_default_folder_is_the_users_cache(monkeypatch, tmp_path):
+    from dist_resume.streams.counts_cache import default_folder
+
+    monkeypatch.delenv("DIST_RESUME_COUNTS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_folder() == str(tmp_path / "dist-resume" / "shard-counts")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_folder() == os.path.expanduser("~/.cache/dist-resume/shard-counts")
+    monkeypatch.setenv("DIST_RESUME_COUNTS_CACHE", "")
+    assert default_folder() is None
+
+
+@pytest.mark.parametrize("setting", ["none", "empty environment", "reader without digest"])
+def test_counts_not_kept_are_counted_at_every_start(tmp_path, monkeypatch, counts_cache, setting):
+    urls = tallied(write_shards(str(tmp_path), "jsonl"))
+    options: dict[str, Any] = {"counts_cache": None} if setting == "none" else {}
+    if setting == "empty environment":
+        monkeypatch.setenv("DIST_RESUME_COUNTS_CACHE", "")
+    reader = (lambda file: JsonlReader()(file)) if setting == "reader without digest" else JsonlReader()
+    for _ in range(2):
+        with bytes_read() as counter:
+            assert ShardedStream(urls, reader, **options).lengths() == [ITEMS] * SHARDS
+        assert read_paths(counter, urls) == set(range(SHARDS))
+    assert not counts_cache.exists()
+
+
+def test_counts_are_kept_in_a_folder_given_by_url(tmp_path, s3_bucket, s3_tally):  # noqa: F811
+    urls = tallied(write_shards(str(tmp_path), "jsonl"))
+    folder = f"{s3_bucket}/counts"
+    assert ShardedStream(urls, JsonlReader(), counts_cache=folder).lengths() == [ITEMS] * SHARDS
+    with bytes_read() as counter:
+        assert ShardedStream(urls, JsonlReader(), counts_cache=folder).lengths() == [ITEMS] * SHARDS
+    assert read_paths(counter, urls) == set()
+    assert len(fsspec.filesystem("s3").ls(folder)) == 1
+
+
+def test_a_store_that_reports_no_version_of_a_shard_is_counted_at_every_start(counts_cache):
+    urls = write_shards("memory://dist-resume-no-identity", "jsonl")  # memory:// reports a size alone
+    fs = fsspec.filesystem("memory")
+    assert ShardedStream(urls, JsonlReader()).lengths() == [ITEMS] * SHARDS
+    fs.pipe(urls[0], _jsonl(0, ITEMS - 1))  # the same URL, other bytes: nothing would tell it from the first
+    assert ShardedStream(urls, JsonlReader()).lengths() == [ITEMS - 1] + [ITEMS] * (SHARDS - 1)
+    fs.rm("/dist-resume-no-identity", recursive=True)
+
+
+def test_counts_of_another_configuration_are_not_taken(tmp_path, counts_cache):
+    """The cache's file is named by the reader's digest: ParquetReader(batches=True) counts row groups."""
+    urls = write_shards(str(tmp_path), "parquet")
+    assert ShardedStream(urls, ParquetReader()).lengths() == [ITEMS] * SHARDS
+    assert ShardedStream(urls, ParquetReader(batches=True)).lengths() == [3] * SHARDS
+    assert len(cache_files(counts_cache)) == 2
+
+
+def test_a_folder_that_cannot_be_written_is_a_warning(tmp_path):
+    urls = write_shards(str(tmp_path), "jsonl")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.warns(UserWarning, match=re.escape(
+            f"ShardedStream: the shard counts kept at {blocked}/") + r"[0-9a-f]{32}\.json cannot be written, so "
+            "the next start counts the shards again"):
+        assert ShardedStream(urls, JsonlReader(), counts_cache=str(blocked)).lengths() == [ITEMS] * SHARDS
+
+
+def test_a_cache_file_that_is_a_fifo_is_passed_over(tmp_path, counts_cache):
+    urls = write_shards(str(tmp_path), "jsonl")
+    ShardedStream(urls, JsonlReader()).lengths()
+    (path,) = cache_files(counts_cache)
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.warns(UserWarning, match="cannot be read .*it is not a regular file"):
+        assert ShardedStream(urls, JsonlReader()).lengths() == [ITEMS] * SHARDS
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_whatever_the_cache_file_holds_the_counts_are_the_shards(tmp_path_factory, data):
+    """Any bytes in place of the cache's file (random, or the file written with one value
+    changed, an entry dropped, a digest edited): the counts are the shards' own, the file is
+    used only when it is what was written, and anything else is one warning and a count."""
+    root = tmp_path_factory.mktemp("shards")
+    folder = root / "counts"
+    urls = tallied(write_shards(str(root), "jsonl", items=3))
+    lengths = ShardedStream(urls, JsonlReader(), counts_cache=str(folder)).lengths()
+    (path,) = cache_files(folder)
+    written = json.loads(path.read_text())
+    edits = {
+        "random bytes": lambda: data.draw(st.binary(max_size=300)),
+        "a count": lambda: _edited(written, ["entries", data.draw(st.integers(0, SHARDS - 1)), 1],
+                                   data.draw(st.integers(0, 2**63 - 1))),
+        "an identity": lambda: _edited(written, ["entries", data.draw(st.integers(0, SHARDS - 1)), 0],
+                                       data.draw(st.integers(-2, 2**64))),
+        "the check": lambda: _edited(written, ["check"], data.draw(st.text(max_size=40))),
+        "the key": lambda: _edited(written, ["key"], data.draw(st.text(max_size=40))),
+        "an entry dropped": lambda: _edited(written, ["entries"], written["entries"][1:]),
+        "nested": lambda: b"[" * data.draw(st.integers(1, 100_000)),
+        "unchanged": lambda: json.dumps(written).encode(),
+    }
+    edit = data.draw(st.sampled_from(sorted(edits)))
+    path.write_bytes(edits[edit]())
+    with bytes_read() as counter, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stream = ShardedStream(urls, JsonlReader(), counts_cache=str(folder))
+        assert stream.lengths() == lengths
+    if edit == "unchanged":
+        assert not caught and not counter
+    else:
+        assert [str(warning.message)[:60] for warning in caught] in ([], [f"ShardedStream: the shard counts kept at {path}"[:60]])
+
+
+def _edited(document: dict[str, Any], path: list[Any], value: Any) -> bytes:
+    edited = json.loads(json.dumps(document))
+    place = edited
+    for key in path[:-1]:
+        place = place[key]
+    place[path[-1]] = value
+    return json.dumps(edited).encode()

@@ -14,6 +14,7 @@ import fsspec
 
 from dist_resume.storage import Location, guarded, resolve, retry
 from dist_resume.streams.head_file import HeadFirstFile
+from dist_resume.streams.shard_identity import check_regular
 
 # A shard shorter than this comes whole in one request (held in memory until it is closed),
 # without the metadata request that opening a file makes: at the size of small shards that
@@ -103,6 +104,7 @@ class ShardFiles:
     def _open(self, url: str, head_bytes: int) -> BinaryIO:
         """The shard at `url` open, its first `head_bytes` read into memory (0: none)."""
         location = resolve(url, self._options)  # a bad URL raises its own clear error here
+        check_regular(location)
         head = _head(location, head_bytes) if head_bytes else None
         if head is not None and len(head) < head_bytes:  # the whole shard
             return HeadFirstFile(head, None, location.fs, location.root)
