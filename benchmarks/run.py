@@ -1,7 +1,9 @@
 """Entry point: `python -m benchmarks.run [--quick] [--only B1,B3] [--out DIR]`.
 
 Runs the figures, then writes each figure's DIR/<id>.json, .md and .png, and, for a run of
-every figure, DIR/latest.json and DIR/latest.md (DIR defaults to benchmarks/results).
+every figure, DIR/latest.json and DIR/latest.md. DIR defaults to benchmarks/results (tracked:
+the figures docs/performance.md cites) for a full run, and to ./runs/benchmarks-quick-<time>
+for a quick one, whose smaller sizes must never replace them.
 """
 
 from __future__ import annotations
@@ -37,8 +39,16 @@ FIGURES = {
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False
+    "B10": "b10_packing",  # packed token sequences: tokens/s
+    "B10R": "b10_packing_resume",  # packed token sequences: first batch after a load, state bytes
+    "B10M": "b10_packing_mixture",  # a Mixture of packed sources: token shares
+    "B11": "b11_torchft",  # ManagedLoader under torchft vs torchft's sampler; a restarted group's first data
 }
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _quick_results() -> Path:
+    return Path("runs") / time.strftime("benchmarks-quick-%Y%m%d-%H%M%S")
 
 
 def _figure(figure_id: str) -> Callable[[bool], list[report.FigureResult]]:
@@ -60,8 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (< 5 min)")
     parser.add_argument("--only", default=",".join(FIGURES), help="comma-separated figure ids (default: all)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help=f"output directory (default {RESULTS})")
+    parser.add_argument("--out", type=Path, help=f"output directory (default: {RESULTS} for a full run, "
+                        "./runs/benchmarks-quick-<time> for --quick)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = _quick_results() if args.quick else RESULTS
+    elif args.quick and args.out.resolve() == RESULTS:
+        parser.error(f"--quick does not write {RESULTS}: it holds full runs (docs/performance.md cites them); "
+                     "leave out --out to write ./runs/benchmarks-quick-<time>")
     chosen = [figure_id.strip().upper() for figure_id in args.only.split(",") if figure_id.strip()]
     unknown = sorted(set(chosen) - set(FIGURES))
     if unknown:
@@ -94,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / f"{result.id}.md").write_text(report.markdown([result], meta))
         report.plot(result, args.out / f"{result.id}.png")
     print(report.markdown(results, meta))
+    print(f"results written to {args.out}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,21 @@ The public face: every name a user imports, from the subpackage that owns it (se
 ARCHITECTURE.md for the layers).
 
 The checkpoint API is imported on first use: it brings in torch.distributed.checkpoint,
-which a DataLoader worker started with spawn or forkserver would otherwise import too."""
+which a DataLoader worker started with spawn or forkserver would otherwise import too.
+
+Importing the package in a worker that torchrun started makes the worker end with torchrun,
+even when torchrun is killed with SIGKILL (``end_with_torchrun``; opt out with
+``DIST_RESUME_END_WITH_LAUNCHER=0``)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+# First: a torchrun worker ends with its launcher from as early as possible (G7: one job writes a run).
+from dist_resume.process_group import end_with_launcher, end_with_torchrun, shut_down_distributed
+
+end_with_torchrun()
 
 from dist_resume.errors import (
     CheckpointCorruptError,
@@ -20,11 +29,12 @@ from dist_resume.errors import (
     UnsafeCheckpointError,
 )
 from dist_resume.integrations.lightning import LightningLoader
+from dist_resume.integrations.torchft import ManagedLoader
 from dist_resume.integrations.transformers import ResumableTrainerMixin
 from dist_resume.loader import ResumableDataLoader
 from dist_resume.mixtures import Mixture
+from dist_resume.packing import PackedCollate, PackedDocuments, TokenFile, TokenSequences, collate_packed, packed
 from dist_resume.positions import PlannedBatch, ResumePlan, plan_resume
-from dist_resume.process_group import end_with_launcher, shut_down_distributed
 from dist_resume.randomness import sample_generator, sample_seed
 from dist_resume.state import ResumeStateError, SkippedRange, state_from_json, state_to_json
 from dist_resume.streams import JsonlReader, ParquetReader, ShardCountError, ShardedStream, WebDatasetReader, hf_stream
@@ -64,7 +74,10 @@ __all__ = [
     "CheckpointNotFoundError",
     "JsonlReader",
     "LightningLoader",
+    "ManagedLoader",
     "Mixture",
+    "PackedCollate",
+    "PackedDocuments",
     "ParquetReader",
     "PlannedBatch",
     "ResumableDataLoader",
@@ -76,13 +89,17 @@ __all__ = [
     "ShardedStream",
     "SkippedRange",
     "StorageError",
+    "TokenFile",
+    "TokenSequences",
     "TrainState",
     "UnsafeCheckpointError",
     "WebDatasetReader",
+    "collate_packed",
     "end_with_launcher",
     "hf_stream",
     "list_checkpoints",
     "load_checkpoint",
+    "packed",
     "plan_resume",
     "read_loader_states",
     "sample_generator",

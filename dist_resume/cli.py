@@ -9,7 +9,6 @@ import argparse
 import datetime
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -66,16 +65,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="logs and records (default: ./runs/demo-<time>)")
     demo.add_argument("--dataset-size", type=_count(1), default=100, metavar="N",
                       help="samples in the synthetic dataset (default: %(default)s)")
-    demo.add_argument("--global-batch", type=_count(1), default=12, metavar="B",
-                      help="samples per global step, a multiple of 6: split over 2, 3 and 1 processes "
-                           "(default: %(default)s)")
-    demo.add_argument("--save-every", type=_count(1), default=2, metavar="STEPS",
-                      help="global steps between checkpoints (default: %(default)s)")
+    demo.add_argument("--global-batch", type=_count(1), metavar="B",
+                      help="samples per global step, a multiple of 6: split over 2, 3 and 1 processes (default: 12)")
+    demo.add_argument("--save-every", type=_count(1), metavar="STEPS",
+                      help="global steps between checkpoints (default: 2)")
     demo.add_argument("--seed", type=_count(0), default=0, help="the loader's seed (default: %(default)s)")
     demo.add_argument("--num-workers", type=_count(0), default=0, metavar="W",
                       help="loader worker processes per rank (default: %(default)s)")
     demo.add_argument("--timeout", type=_count(1), default=300, metavar="SECONDS",
                       help="limit for each launch of the job (default: %(default)s)")
+    demo.add_argument("--torchft", action="store_true",
+                      help="instead: 3 replica groups under torchft (a lighthouse on 127.0.0.1) die, come back and "
+                           "join while the job trains on; needs the torchft extra")
 
     ls = commands.add_parser("ls", help="committed checkpoints: step, time, world size, size")
     ls.add_argument("url", type=_url, help="checkpoint location (path, file://, s3://...)")
@@ -111,9 +112,11 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
     workdir = args.workdir or default_workdir()
+    if args.torchft:
+        return _torchft_demo(args, workdir)
     config = DemoConfig(workdir=workdir, checkpoint=args.checkpoint or default_checkpoint(workdir),
-                        dataset_size=args.dataset_size, global_batch=args.global_batch,
-                        save_every=args.save_every, seed=args.seed, num_workers=args.num_workers,
+                        dataset_size=args.dataset_size, global_batch=args.global_batch or 12,
+                        save_every=args.save_every or 2, seed=args.seed, num_workers=args.num_workers,
                         timeout=args.timeout)
     try:
         verdict = run_demo(config)
@@ -122,6 +125,23 @@ def _demo(args: argparse.Namespace) -> int:
     except (DemoError, JobError) as exc:
         raise _Failure(str(exc)) from None
     return 0 if verdict.passed else 1
+
+
+def _torchft_demo(args: argparse.Namespace, workdir: Path) -> int:
+    from dist_resume.demo.job import JobError
+    from dist_resume.demo.torchft_run import TorchftDemoConfig, TorchftDemoError, run_torchft_demo
+
+    given = [option for option, value in (("--checkpoint", args.checkpoint), ("--global-batch", args.global_batch),
+                                          ("--save-every", args.save_every)) if value is not None]
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise _Usage(f"{' and '.join(given)} {verb} not apply to --torchft (its groups read no checkpoint)", "demo")
+    config = TorchftDemoConfig(workdir=workdir, dataset_size=args.dataset_size, seed=args.seed,
+                               num_workers=args.num_workers, timeout=args.timeout)
+    try:
+        return 0 if run_torchft_demo(config).exact else 1
+    except (TorchftDemoError, JobError) as exc:
+        raise _Failure(str(exc)) from None
 
 
 def _size(size: int) -> str:
@@ -259,7 +279,6 @@ _COMMANDS = {"demo": _demo, "ls": _ls, "inspect": _inspect, "plan": _plan}
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dist-resume``; return its exit code (0 ok, 1 failure or failed verdict, 2 usage)."""
     args = _parser().parse_args(argv)
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     try:
         return _COMMANDS[args.command](args)
     except _Usage as exc:

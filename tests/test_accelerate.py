@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from accelerate.data_loader import skip_first_batches  # noqa: E402
 from dist_resume import ResumableDataLoader, ResumeStateError  # noqa: E402
 from dist_resume.integrations.accelerate import attach  # noqa: E402
 
+from .doc_blocks import blocks  # noqa: E402
 from .process_tree import run_tree  # noqa: E402
 from .s3_server import free_port  # noqa: E402
 
@@ -246,3 +249,21 @@ def test_files_of_two_save_states_are_refused_not_resumed(tmp_path):
 class _Indices48(_Indices):
     def __len__(self) -> int:
         return LENGTH
+
+
+@pytest.mark.slow
+def test_the_docs_recipe_resumes_its_step_counter_with_the_loader(tmp_path):
+    """Issue 32: docs/frameworks.md's accelerate recipe, as written, run twice in one folder
+    (1 process, 16 steps of 8 over 2 epochs, saved at steps 5, 10 and 15). The second run
+    resumes from step 15's checkpoint: one batch is left, and its counter must end at step 16.
+    The recipe used to count from 0 again after `load_state` (it ended at step 1), so its
+    saves after a resume fell on other steps than its `% 5` said."""
+    [recipe] = [block for block in blocks(ROOT / "docs" / "frameworks.md") if "from accelerate import" in block.text]
+    script = tmp_path / "recipe.py"
+    script.write_text(recipe.text)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    outputs = [subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600) for _ in range(2)]
+    for run in outputs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert [run.stdout.splitlines()[-1] for run in outputs] == ["trained up to step 16"] * 2

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _tracked_results() -> dict[str, str]:
+    """Every file in benchmarks/results/ (the full runs docs/performance.md cites): name -> SHA-256."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(RESULTS.iterdir())}
+
+
+@pytest.mark.slow
+def test_a_quick_run_leaves_the_tracked_results_alone(tmp_path: Path) -> None:
+    """`python -m benchmarks.run --quick` without --out writes ./runs/benchmarks-quick-<time>/
+    and says so; benchmarks/results/ keeps every file as it was (a quick run once replaced
+    its full-run figures)."""
+    before = _tracked_results()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3"], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True, timeout=600)
+    assert _tracked_results() == before
+    written = re.search(r"^results written to (runs/benchmarks-quick-\d{8}-\d{6})$", run.stdout, re.MULTILINE)
+    assert written, run.stdout[-2000:]
+    assert sorted(path.name for path in (tmp_path / written.group(1)).iterdir()) == ["B3.json", "B3.md", "B3.png"]
+
+
+def test_a_quick_run_refuses_to_write_the_tracked_results() -> None:
+    """`--quick --out benchmarks/results` is one error before anything runs; nothing changes."""
+    before = _tracked_results()
+    run = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3", "--out", str(RESULTS)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and run.stdout == ""
+    assert f"--quick does not write {RESULTS}: it holds full runs" in run.stderr
+    assert _tracked_results() == before
 
 
 @pytest.mark.slow
@@ -64,3 +98,24 @@ def test_the_stream_reading_figure_meets_its_stated_bound(tmp_path: Path) -> Non
                for figure_id in ("B8", "B8-state", "B8-load")}
     assert all(check["met"] for check in figures["B8"]["checks"] + figures["B8-state"]["checks"])
     assert sum(check["name"].endswith("(divides C)") for check in figures["B8"]["checks"]) == 4
+
+
+@pytest.mark.slow
+def test_the_packing_figures_count_what_they_state(tmp_path: Path) -> None:
+    """`--only B10R,B10M`: a packed stream's state is the same few bytes at 10 and 10,000
+    shards and any seq_len (counted, not timed), and a Mixture of packed sources gives each
+    source its weight's share of the token slots within one sequence per global batch."""
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B10R,B10M", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
+               for figure_id in ("B10R", "B10S", "B10M")}
+    packed_states = {row["stats"]["median"] for row in figures["B10S"]["rows"] if row["series"].startswith("packed")}
+    assert len(packed_states) == 1 and packed_states.pop() <= 4096
+    measured = {(row["case"], row["series"]): row["stats"]["median"] for row in figures["B10M"]["rows"]}
+    slots = {key: share for key, share in measured.items() if key[1].endswith("token slots")}
+    assert len(slots) == 8
+    for (case, series), share in slots.items():  # |count - w * W| < 1 over the W sequences (two sources)
+        weight = 0.7 if series.startswith("web") else 0.3
+        assert abs(share - weight) < 1 / measured[(case, "sequences trained")], (case, series, share)
+    assert {row["series"] for row in figures["B10R"]["rows"]} == {"packed ShardedStream", "TokenSequences",
+                                                                   "torchtitan-style buffer packing"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ceph_install import Decision, decide
+from tests.ceph_install import CEPH
+from tests.debian_install import Decision, decide
 
 MISSING = ["ceph-mon", "radosgw"]
 HINT = "`apt-get update && apt-get install -y --no-install-recommends ceph-mon ceph-osd radosgw`"
@@ -20,12 +21,12 @@ REQUIRED = " (DIST_RESUME_NO_SKIPS=1 makes this a failure, not a skip)"
 @pytest.mark.parametrize("has_apt", [True, False])
 @pytest.mark.parametrize("required", [True, False])
 def test_nothing_missing_runs(is_root: bool, has_apt: bool, required: bool) -> None:
-    assert decide([], is_root, has_apt, required) == Decision("run", "")
+    assert decide(CEPH, [], is_root, has_apt, required) == Decision("run", "")
 
 
 @pytest.mark.parametrize("required", [True, False])
 def test_root_with_apt_installs(required: bool) -> None:
-    assert decide(MISSING, True, True, required) == Decision("install", INSTALLING)
+    assert decide(CEPH, MISSING, True, True, required) == Decision("install", INSTALLING)
 
 
 @pytest.mark.parametrize("is_root,has_apt,reason", [
@@ -35,5 +36,5 @@ def test_root_with_apt_installs(required: bool) -> None:
 ])
 def test_without_root_or_apt_skips_or_fails_when_required(is_root: bool, has_apt: bool, reason: str) -> None:
     message = f"{NEED} ({reason}); install them with {HINT}"
-    assert decide(MISSING, is_root, has_apt, False) == Decision("skip", message)
-    assert decide(MISSING, is_root, has_apt, True) == Decision("fail", message + REQUIRED)
+    assert decide(CEPH, MISSING, is_root, has_apt, False) == Decision("skip", message)
+    assert decide(CEPH, MISSING, is_root, has_apt, True) == Decision("fail", message + REQUIRED)

@@ -65,7 +65,8 @@ def test_latest_committed_step_loads_with_values(tmp_path: Path) -> None:
 
 def test_committed_step_is_never_overwritten(tmp_path: Path) -> None:
     save_checkpoint(_state(1.0), str(tmp_path), 4)
-    message = f"step 4 is already committed at {tmp_path}; a committed checkpoint is never overwritten"
+    message = (f"step 4 is already committed at {tmp_path} by this job (an earlier save of step 4 committed it, even "
+               "if that save raised); a committed checkpoint is never overwritten: give each save a new step")
     with pytest.raises(CheckpointExistsError, match=f"^{re.escape(message)}$"):
         save_checkpoint(_state(2.0), str(tmp_path), 4)
     assert torch.equal(_load(str(tmp_path))[1]["weights"], torch.full((3, 4), 1.0))

@@ -1,6 +1,6 @@
 """Two jobs saving the same step into one URL (issue 11 point 1, G7): a committed step is
 never overwritten or mixed, whatever the interleaving; the loser gets CheckpointExistsError
-and nothing it wrote is visible. Real processes; local disk and each S3 server."""
+(saying that another job committed the step) and nothing it wrote is visible. Real processes; local disk and each S3 server."""
 
 from __future__ import annotations
 
@@ -58,8 +58,11 @@ def test_a_save_that_loses_the_race_commits_nothing(run_url: str, block_at: str,
     finally:
         job_a.kill()
     assert job_a.returncode == 0, output
-    message = (f"CheckpointExistsError: step 2 at {run_url} was committed by another save while this one ran "
-               "(two jobs on one URL?); this save's files were removed and the committed step is unchanged")
+    message = (f"CheckpointExistsError: cannot save step 2 at {run_url}: another job committed it. Two jobs wrote "
+               "this run: since this job's first save there, another job committed step 2. This save's files were "
+               "removed, and the committed steps are unchanged. Stop the other job (a launcher killed with kill -9 "
+               "leaves workers running that do not end with it: see docs/operations.md), then start this job "
+               "again: it resumes from the newest committed step")
     assert (handshake / "outcome").read_text() == message
     assert [info.step for info in list_checkpoints(run_url)] == [1, 2]
     state = {"w": torch.zeros(4)}
@@ -74,7 +77,8 @@ def test_a_save_that_loses_the_race_commits_nothing(run_url: str, block_at: str,
 @pytest.mark.slow
 def test_a_save_that_starts_after_the_commit_is_refused_before_writing(run_url: str) -> None:
     save_checkpoint({"w": torch.full((4,), 2.0)}, run_url, 2)
-    message = f"step 2 is already committed at {run_url}; a committed checkpoint is never overwritten"
+    message = (f"step 2 is already committed at {run_url} by this job (an earlier save of step 2 committed it, even "
+               "if that save raised); a committed checkpoint is never overwritten: give each save a new step")
     with pytest.raises(Exception, match=f"^{re.escape(message)}$"):
         save_checkpoint({"w": torch.full((4,), 3.0)}, run_url, 2)
     state = {"w": torch.zeros(4)}

@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"positions"},
     {"workers"},
     {"streams"},
+    {"packing"},
     {"mixtures"},
     {"loader", "checkpoint"},
     {"integrations"},
@@ -50,6 +51,8 @@ FOREIGN_PRIVATES = {
     "_replace",  # NamedTuple's public API, despite the underscore
     "_get_backend",  # torch: a process group's backend, whose options hold its timeout
     "_timeout",  # torch: that timeout (no public getter), which the checkpoint group inherits
+    "_use_async_quorum",  # torchft: whether a Manager heals during a step (no public getter) ...
+    "_init_sync",  # ... and heals at step 0 groups it counts as participants: ManagedLoader refuses both
 }
 
 

@@ -102,8 +102,8 @@ def test_a_save_whose_peer_is_gone_fails_within_the_group_timeout(tmp_path: Path
     run("peer_gone", 2, {"out": str(out), "url": str(url), "how": how, "async_save": async_save}, free_port(),
         script=rank_agreement_worker.__file__, timeout=90)
     error = (out / "peer_gone-error-0.txt").read_text()
-    assert error.startswith(f"CheckpointError: cannot save step 5 at {url}: a peer rank is gone or did not take "
-                            "part within the process group's timeout (10 s) ("), error
+    assert error.startswith(f"CheckpointError: cannot save step 5 at {url}, which is not committed: a peer rank is "
+                            "gone or did not take part within the process group's timeout (10 s) ("), error
     assert not url.exists() or list_checkpoints(str(url)) == []
 
 

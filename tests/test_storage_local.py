@@ -212,6 +212,7 @@ def test_a_run_under_a_url_with_a_fragment_lists_its_own_place(tmp_path: Path) -
     save_checkpoint({"w": torch.ones(1)}, run, 1)
     assert (tmp_path / "hash#frag" / "run" / "step_00000001" / ".committed").is_file()
     assert [info.url for info in list_checkpoints(run)] == [f"{run}/step_00000001"]
-    message = f"step 1 is already committed at {run}; a committed checkpoint is never overwritten"
+    message = (f"step 1 is already committed at {run} by this job (an earlier save of step 1 committed it, even if "
+               "that save raised); a committed checkpoint is never overwritten: give each save a new step")
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         save_checkpoint({"w": torch.ones(1)}, run, 1)

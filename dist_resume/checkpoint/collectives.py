@@ -4,8 +4,9 @@ become one error that says what failed."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -70,10 +71,11 @@ _GLOO_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
 @contextmanager
-def peers_answer(what: str, group: dist.ProcessGroup | None) -> Iterator[None]:
-    """Collectives of ``what`` ("cannot save step 5 at URL"): a peer rank that is gone or
-    late beyond ``group``'s timeout is one :class:`CheckpointError` that says so, on every
-    rank that waited for it, instead of the transport's raw error."""
+def peers_answer(what: str | Callable[[], str], group: dist.ProcessGroup | None) -> Iterator[None]:
+    """Collectives of ``what`` ("cannot save step 5 at URL", or a function that says it once a
+    peer is lost): a peer rank that is gone or late beyond ``group``'s timeout is one
+    :class:`CheckpointError` that says so, on every rank that waited for it, instead of the
+    transport's raw error."""
     try:
         yield
     except RuntimeError as exc:
@@ -96,12 +98,28 @@ def checkpoint_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | Non
     return _GLOO_GROUPS[ranks]
 
 
+# What DCP warns at every save or load without a process group; the library means it so.
+_SINGLE_PROCESS = (r"torch\.distributed is (disabled, )?unavailable or uninitialized, assuming the intent is to "
+                   r"(save|load) in a single process\.$")
+
+
+@contextmanager
+def single_process_intended() -> Iterator[None]:
+    """Within: DCP's warning that it saves or loads in a single process is not shown; every
+    other warning is, as the caller's filters say."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SINGLE_PROCESS, category=UserWarning)
+        yield
+
+
 def dcp_call(loc: Location, action: str, where: str, fn: Callable[..., T], *args: Any,
               **kwargs: Any) -> T:
-    """Call a DCP function; turn its CheckpointException (a BaseException) into an error
-    that says what failed, preferring a dist_resume error raised on some rank."""
+    """Call a DCP function (without a process group: saying nothing of it); turn its
+    CheckpointException (a BaseException) into an error that says what failed, preferring
+    a dist_resume error raised on some rank."""
     try:
-        return fn(*args, **kwargs)
+        with single_process_intended() if kwargs.get("no_dist") or not distributed() else nullcontext():
+            return fn(*args, **kwargs)
     except CheckpointException as exc:
         failures = sorted(exc.failures.items())
         for _, (error, _trace) in failures:

@@ -14,22 +14,25 @@ import torch
 
 from dist_resume.checkpoint.commit_index import entry_path, write_entry
 from dist_resume.checkpoint.metadata_checks import read_metadata
+from dist_resume.checkpoint.run_history import note_arrival, note_attempt, note_commit, step_taken
 from dist_resume.checkpoint.step_dirs import MARKER, indexed_committed_steps, require_directory, step_dir, step_dir_name
-from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointExistsError
+from dist_resume.errors import CheckpointCorruptError, CheckpointError
 from dist_resume.storage import CheckpointStore
 
 
 def prepare_attempt(store: CheckpointStore, step: int) -> str:
-    """Refuse a committed step; return a new directory for this save's files, where no
-    other save (another job on the same URL) writes. Nothing is deleted here."""
+    """Refuse a committed step, saying who committed it; return a new directory for this
+    save's files, where no other save (another job on the same URL) writes. Nothing is
+    deleted here."""
     store.require_container("save to")
     directory = step_dir(store, step)
     require_directory(store, directory, store.kind(directory))
+    note_arrival(store)
     if store.exists(posixpath.join(directory, MARKER)):
-        raise CheckpointExistsError(
-            f"step {step} is already committed at {store.loc.url}; a committed checkpoint is never overwritten"
-        )
-    return posixpath.join(directory, f"attempt_{uuid.uuid4().hex}")
+        raise step_taken(store, step, "Nothing of this save was written")
+    attempt = posixpath.join(directory, f"attempt_{uuid.uuid4().hex}")
+    note_attempt(store.loc, attempt)
+    return attempt
 
 
 def _version() -> str | None:
@@ -60,13 +63,18 @@ def commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, wo
     }
     if not store.create_exclusive(posixpath.join(step_dir(store, step), MARKER), json.dumps(marker).encode()):
         store.remove_tree(attempt)
-        raise CheckpointExistsError(
-            f"{where} was committed by another save while this one ran (two jobs on one URL?); "
-            "this save's files were removed and the committed step is unchanged"
-        )
-    write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+        raise step_taken(store, step, "This save's files were removed")
+    note_commit(loc, step)
+    # The step is committed from here on: a failure says so, never "cannot save".
+    try:
+        write_entry(store, step, step_dir_name(step), marker, store.tree_size(step_dir(store, step)))
+    except CheckpointError as exc:
+        raise type(exc)(f"{where} is committed, but indexing it failed (loads find it by its marker): {exc}") from None
     if keep is not None:
-        prune(store, step, keep)
+        try:
+            prune(store, step, keep)
+        except CheckpointError as exc:
+            raise type(exc)(f"{where} is committed, but deleting the steps beyond keep={keep} failed: {exc}") from None
 
 
 def prune(store: CheckpointStore, step: int, keep: int) -> None:

@@ -22,8 +22,6 @@ import re
 import threading
 import time
 
-from fsspec.implementations.local import LocalFileSystem
-
 from dist_resume.checkpoint.bounded_files import read_whole
 from dist_resume.checkpoint.lease_holder import LEASE_LIMIT, Holder
 from dist_resume.errors import CheckpointCorruptError, CheckpointError
@@ -160,13 +158,7 @@ _release_at_exit = []  # holds True once release_all is registered with atexit
 def hold(store: CheckpointStore) -> None:
     """Make sure this process holds the writer lease of ``store``'s location: taken at the
     first save there, checked (in memory) at every later one, released at a clean exit."""
-    loc = store.loc
-    # One run however its URL is spelled: a local directory by its real path (a file:// URL,
-    # a plain path, a filesystem that wraps the local one), else by filesystem and endpoint.
-    if isinstance(loc.fs, LocalFileSystem):
-        key = ("local", os.path.realpath(loc.root), None)
-    else:
-        key = (type(loc.fs).__name__, loc.root, getattr(loc.fs, "endpoint_url", None))
+    key = store.loc.run_key  # one run however its URL is spelled
     with _held_lock:
         lease = _held.get(key)
         if lease is None:

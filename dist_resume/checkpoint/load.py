@@ -26,6 +26,7 @@ from dist_resume.checkpoint.collectives import dcp_call, on_every_rank, on_rank0
 from dist_resume.checkpoint.metadata_checks import read_metadata
 from dist_resume.checkpoint.nested import set_path
 from dist_resume.checkpoint.rank_agreement import require_agreement
+from dist_resume.checkpoint.run_history import note_load
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
 from dist_resume.checkpoint.commit_index import IndexEntry, checked_summary, read_entry
@@ -49,13 +50,13 @@ class CheckpointInfo:
     url: str  # printable: credentials removed
 
 
-def _choose(store: CheckpointStore, step: int | None,
-            every_entry: set[str] | None) -> tuple[int, str, Metadata, bool] | None:
-    """The committed ``step`` (default: the latest), its data directory, its metadata and
-    whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
-    saved with it, unless a loader under a key of ``every_entry`` receives every saved
-    rank's entries; None: every loader does); None if the location holds nothing."""
-    steps = committed_steps(store)
+def _choose(store: CheckpointStore, step: int | None, every_entry: set[str] | None,
+            steps: dict[int, str]) -> tuple[int, str, Metadata, bool] | None:
+    """The committed ``step`` (default: the latest) of ``steps`` (the location's committed
+    steps), its data directory, its metadata and whether that metadata lacks the loaders'
+    rank entries (`split_metadata`: for a step saved with it, unless a loader under a key of
+    ``every_entry`` receives every saved rank's entries; None: every loader does); None if
+    the location holds nothing."""
     if not steps:
         refuse_misplaced(store)
     if step is None:
@@ -179,8 +180,16 @@ def load_checkpoint(
         require_agreement(loc, process_group, "load", step=step)
         with collector_paused():
             every_entry = {key for key, value in state.items() if not isinstance(value, Stateful)}
-            chosen = on_rank0(process_group, lambda: _choose(store, step, every_entry))
+            found: list[dict[int, str]] = []  # rank 0's: the run's committed steps, for run_history
+
+            def choose() -> tuple[int, str, Metadata, bool] | None:
+                found.append(committed_steps(store))
+                return _choose(store, step, every_entry, found[0])
+
+            chosen = on_rank0(process_group, choose)
             if chosen is None:
+                if found:
+                    note_load(loc, None, found[0])
                 return None
             step, directory, metadata, split = chosen
             if split:  # each rank reads its own entries' metadata
@@ -199,6 +208,8 @@ def load_checkpoint(
                 value.load_state_dict(targets[key])
             elif not isinstance(value, Stateful):
                 state[key] = targets[key]
+    if found:
+        note_load(loc, step, found[0])
     return step
 
 
@@ -223,7 +234,7 @@ def read_loader_states(
 
 def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[int, dict[str, Any]]:
     loc = store.loc
-    chosen = _choose(store, step, None)
+    chosen = _choose(store, step, None, committed_steps(store))
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
     step, directory, metadata, _ = chosen

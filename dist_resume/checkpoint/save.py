@@ -8,6 +8,7 @@ stored, rank 0 commits the step by creating its ``.committed`` marker if no othe
 from __future__ import annotations
 
 from concurrent.futures import Future
+from contextlib import nullcontext
 from typing import Any
 
 import torch.distributed as dist
@@ -15,11 +16,13 @@ import torch.distributed.checkpoint as dcp
 
 from dist_resume.arguments import checked_flag, checked_int, checked_url
 from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previous_save
-from dist_resume.checkpoint.collectives import checkpoint_group, dcp_call, distributed, on_rank0, peers_answer
+from dist_resume.checkpoint.collectives import (checkpoint_group, dcp_call, distributed, on_rank0, peers_answer,
+                                                single_process_intended)
 from dist_resume.checkpoint.commit import commit, prepare_attempt
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
+from dist_resume.checkpoint.save_outcome import SaveOutcome
 from dist_resume.checkpoint.split_metadata import SplitMetadataWriter
 from dist_resume.errors import CheckpointError
 from dist_resume.state.skips import loader_skips
@@ -34,18 +37,19 @@ def _begin(store: CheckpointStore, step: int) -> str:
 
 
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
-            group: dist.ProcessGroup | None) -> None:
+            group: dist.ProcessGroup | None, outcome: SaveOutcome) -> None:
     world_size = dist.get_world_size(group) if distributed() else 1
+    outcome.entering_commit(attempt)
     if distributed():
         dist.barrier(group=group)  # every rank's data is stored
     on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
 
 
 def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,
-                  group: dist.ProcessGroup | None, where: str) -> int:
-    with peers_answer(f"cannot save {where}", group):
+                  group: dist.ProcessGroup | None, where: str, outcome: SaveOutcome) -> int:
+    with peers_answer(outcome.peer_lost, group):
         dcp_call(store.loc, "saving", where, upload.result)
-        _finish(store, step, attempt, keep, group)
+        _finish(store, step, attempt, keep, group, outcome)
     return step
 
 
@@ -82,7 +86,8 @@ def save_checkpoint(
     store = open_store(loc)
     wait_for_previous_save()
     where = f"step {step} at {loc.url}"
-    with peers_answer(f"cannot save {where}", process_group):
+    outcome = SaveOutcome(store, step, dist.get_rank(process_group) if distributed() else 0)
+    with peers_answer(outcome.peer_lost, process_group):
         skipped = loader_skips(state)
         try:
             state, refusal = taken_states(state), None
@@ -98,8 +103,13 @@ def save_checkpoint(
         writer = SplitMetadataWriter(loc, attempt)
         if not async_save:
             dcp_call(loc, "saving", where, dcp.save, state, storage_writer=writer, process_group=group)
-            _finish(store, step, attempt, keep, group)
+            _finish(store, step, attempt, keep, group, outcome)
             return None
-        upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
-                          process_group=group)
-    return start(step, _finish_async, upload, store, step, attempt, keep, group, where)
+        alone = not distributed()
+        with single_process_intended() if alone else nullcontext():
+            upload = dcp_call(loc, "saving", where, dcp.async_save, state, storage_writer=writer,
+                              process_group=group)
+            if alone:  # DCP's upload thread warns of a single process as it begins: wait for that
+                upload.add_done_callback(lambda _: writer.begun.set())
+                writer.begun.wait()
+    return start(step, _finish_async, upload, store, step, attempt, keep, group, where, outcome)

@@ -12,8 +12,10 @@ it continues on the exact next sample (GUARANTEES G1-G4).
 
 ``--record DIR`` writes what every rank trained on (see ``dist_resume.demo.records``);
 ``--pause-at-step N --pause-file F`` makes the job write ``F`` (JSON: step, worker pids)
-once every rank has trained step N, then wait to be killed; a job started when ``F``
-already exists does not pause, so an elastic restart runs through.
+once every rank has trained step N, then wait to be killed, or until ``F.resume`` exists
+(then it trains on); a job that reaches step N when ``F`` already exists does not pause, so
+an elastic restart runs through. ``--pause-at-step`` may be given several times when ``F``
+holds ``{step}``, which each pause replaces with its step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import argparse
 import gc
 import json
 import os
-import threading
 import time
 from datetime import timedelta
 
@@ -34,7 +35,6 @@ from torch.nn.parallel import DistributedDataParallel
 from dist_resume import (
     ResumableDataLoader,
     TrainState,
-    end_with_launcher,
     load_checkpoint,
     save_checkpoint,
     shut_down_distributed,
@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", type=int, default=None, help="keep only the newest N checkpoints")
     parser.add_argument("--log-every", type=int, default=10, help="log loss and throughput every N steps")
     parser.add_argument("--record", metavar="DIR", help="record what every rank trains on, for verification")
-    parser.add_argument("--pause-at-step", type=int, metavar="N", help="test hook, see the module docstring")
+    parser.add_argument("--pause-at-step", type=int, action="append", metavar="N",
+                        help="test hook, see the module docstring")
     parser.add_argument("--pause-file", metavar="FILE", help="test hook, see the module docstring")
     args = parser.parse_args(argv)
     if not args.checkpoint:
@@ -70,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if (args.pause_at_step is None) != (args.pause_file is None):
         parser.error("--pause-at-step and --pause-file go together")
+    if args.pause_at_step and len(args.pause_at_step) > 1 and "{step}" not in args.pause_file:
+        parser.error("several --pause-at-step need a --pause-file that holds {step}")
     return args
 
 
@@ -87,21 +90,24 @@ def per_rank_batch(args: argparse.Namespace, world_size: int) -> int:
 
 
 def pause_if_asked(args: argparse.Namespace, step: int, rank: int) -> None:
-    """The test hook: at --pause-at-step, write --pause-file (unless it exists) and wait."""
-    if step != args.pause_at_step:
+    """The test hook: at a --pause-at-step, write its --pause-file (unless it exists) and wait
+    until killed, or until ``<pause file>.resume`` exists."""
+    if step not in (args.pause_at_step or ()):
         return
-    decision = [rank == 0 and not os.path.exists(args.pause_file)]
+    pause_file = args.pause_file.replace("{step}", str(step))
+    decision = [rank == 0 and not os.path.exists(pause_file)]
     dist.broadcast_object_list(decision, src=0)  # every rank takes rank 0's decision
     if not decision[0]:
         return
     pids: list[int] = [0] * dist.get_world_size()
     dist.all_gather_object(pids, os.getpid())
     if rank == 0:
-        partial = f"{args.pause_file}.partial"
+        partial = f"{pause_file}.partial"
         with open(partial, "w") as file:
             json.dump({"step": step, "pids": pids}, file)
-        os.replace(partial, args.pause_file)
-    threading.Event().wait()  # until killed
+        os.replace(partial, pause_file)
+    while not os.path.exists(f"{pause_file}.resume"):  # until killed, or resumed
+        time.sleep(0.1)
 
 
 def init_distributed(backend: str) -> None:
@@ -120,7 +126,6 @@ def init_distributed(backend: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    end_with_launcher()  # torchrun runs workers in sessions of their own
     init_distributed("nccl" if torch.cuda.is_available() else "gloo")
     train(args)
     gc.collect()  # DDP sits in a reference cycle: free it and its reference to the process group now

@@ -18,6 +18,7 @@ from dist_resume.loader.epochs import EpochChoice
 from dist_resume.loader.fetch import BatchRequest, SeededDataset, SingleSample
 from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
 from dist_resume.loader.rebuild_guard import RebuildGuard
+from dist_resume.loader.regrouping import Regrouping
 from dist_resume.loader.requests import BatchRequests, RequestSampler
 from dist_resume.loader.saving import LoaderState
 from dist_resume.loader.single_process import SingleProcessBatches, SingleProcessItems, serves
@@ -39,7 +40,7 @@ from dist_resume.workers.roles import UserDatasetInit, is_stateful
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, LoaderState, DataLoader[_T_co]):
+class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, Regrouping, LoaderState, DataLoader[_T_co]):
     """A drop-in `torch.utils.data.DataLoader` that can stop anywhere and resume on the
     exact next sample, at the same or another world size (GUARANTEES G1-G6).
 

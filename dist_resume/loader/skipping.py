@@ -21,7 +21,7 @@ _SUPPORTED = ("skip() supports a map-style dataset, a Mixture or a ShardedStream
 
 class BatchSkipping:
     """`skip` and `skipped` of `ResumableDataLoader` (a mixin over its position: `_progress`,
-    `_skips`, `_resume_pending`, `_generation`)."""
+    `_skips`, `_resume_pending`, `_generation`, `_home`)."""
 
     def skip(self, batches: int) -> int:
         """Pass over the next `batches` global batches of the epoch the next `iter()` serves,
@@ -49,6 +49,9 @@ class BatchSkipping:
                              "whose stream has no positions to skip to")
         if self._stream is None and self._sampling is not Sampling.EPOCH_ORDER:
             raise ValueError(f"{_SUPPORTED}; this loader takes its indices from a custom sampler or batch_sampler")
+        if self._home is not None:
+            raise ValueError(f"{_SUPPORTED}, on the loader's own shard; regroup() moved this one (its global batches "
+                             "change size with the served world: skipped ranges could not be numbered)")
         if batches == 0:
             return 0
         progress = self._next_progress()

@@ -10,11 +10,13 @@ from torch.utils.data import Dataset
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.packed_sources import agreed_seq_len
 from dist_resume.mixtures.progress import SourceProgress, frontier, source_progress
 from dist_resume.mixtures.schedule import Schedule, WeightsOrStages, parse_stages
 from dist_resume.mixtures.source_orders import SourceOrders
 from dist_resume.mixtures.stream_sources import agreed_canonical_streams, source_length
 from dist_resume.mixtures.stream_steps import MixtureSteps
+from dist_resume.randomness.seeds import derive_seed
 from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.saved import SavedStates, decode
 from dist_resume.streams.sharded import ShardedStream
@@ -68,6 +70,10 @@ class Mixture(Dataset):
     position. `canonical_streams`: the canonical stream count of every stream source; the
     sources must agree on it (`ValueError` naming them otherwise); None: theirs, or the
     first run's slot count. Stream sources are not indexed (`mixture[i]` is a TypeError).
+    Packed sources (`packed` streams, `TokenSequences`; all of one `seq_len`, else a
+    `ValueError`, as for packed sources next to others): every position is one sequence
+    of `seq_len + 1` token slots, so the weights count token slots, and the bound above
+    holds for them in sequences (`seq_len`: the sources', None when none is packed).
     With `in_order=False` each worker reads whole batches of its own run of positions
     (`unordered_positions`): a stream source's draws are then its items in shard order, each
     source still once per source-epoch, every position once across resumes at any layout
@@ -83,6 +89,7 @@ class Mixture(Dataset):
                 raise ValueError(f"Mixture source names must be non-empty strings without NUL, got {name!r}")
         self.names = tuple(sources)
         self.canonical_streams = agreed_canonical_streams(sources, canonical_streams)
+        self.seq_len = agreed_seq_len(sources)
         self.lengths = tuple(source_length(sources[name]) for name in self.names)
         for name, count in zip(self.names, self.lengths):
             if count < 1:
@@ -146,7 +153,8 @@ class Mixture(Dataset):
         return self.definition.encode()
 
     def definition_digest(self) -> int:
-        return self.definition.sources_digest()
+        digest = self.definition.sources_digest()
+        return digest if self.seq_len is None else derive_seed(digest, self.seq_len)
 
     def resume_definition(self, values: list[int] | None, saved: SavedStates,
                           state_dict: Mapping[str, Any]) -> Callable[[], None]:

@@ -127,7 +127,8 @@ class SavedStates:
         if saved.dataset_digest != identity.dataset_digest:
             raise ResumeStateError(
                 f"loader state was saved for a dataset with definition digest {saved.dataset_digest}; this "
-                f"loader's has {identity.dataset_digest} (0: a plain dataset, else a Mixture of its sources)"
+                f"loader's has {identity.dataset_digest} (0: a plain dataset; else one that owns its order: a Mixture, "
+                "of its sources and their seq_len if packed, or TokenSequences, of its seq_len and files)"
             )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -127,7 +128,9 @@ class CheckpointWriter(FsspecWriter):
         self.fs = _RetryingFileSystem(loc)
         self.path = path
         self._printable = loc.url_of(path)
+        self.begun = threading.Event()  # set once DCP has begun the save (the first thing it asks for)
 
     def storage_meta(self) -> StorageMeta:
+        self.begun.set()
         # DCP stores the checkpoint id in .metadata: keep credentials out of it.
         return StorageMeta(checkpoint_id=self._printable, save_id=self.save_id)

@@ -109,6 +109,15 @@ class Location:
     def is_local(self) -> bool:
         return isinstance(self.fs, LocalFileSystem)
 
+    @property
+    def run_key(self) -> tuple[str, str, str | None]:
+        """The place this location names, however its URL is spelled: a local directory by
+        its real path (a file:// URL, a plain path, a filesystem that wraps the local one),
+        else by filesystem, path and endpoint."""
+        if self.is_local:
+            return ("local", os.path.realpath(self.root), None)
+        return (type(self.fs).__name__, self.root, getattr(self.fs, "endpoint_url", None))
+
     def join(self, *names: str) -> str:
         return "/".join([self.root.rstrip("/"), *names])
 

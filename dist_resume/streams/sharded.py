@@ -18,6 +18,7 @@ from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import guarded
 from dist_resume.streams.canonical import stream_lengths
 from dist_resume.streams.counts_cache import counts_cache as cache_of
+from dist_resume.streams.reader_identity import reader_digest
 from dist_resume.streams.shard_counts import shard_lengths
 from dist_resume.streams.shard_files import ShardItems, count_items, identify
 from dist_resume.streams.stream_reader import CanonicalReader, ItemTransform
@@ -161,11 +162,13 @@ class ShardedStream(IterableDataset):
     @property
     def reader_digest(self) -> int:
         """Identifies the reader: its `digest` attribute if it has one, else its qualified name."""
-        own = getattr(self.reader, "digest", None)
-        if isinstance(own, int) and not isinstance(own, bool):
-            return own % INT64_LIMIT
-        kind = self.reader if hasattr(self.reader, "__qualname__") else type(self.reader)
-        return zlib.crc32(f"{kind.__module__}.{kind.__qualname__}".encode())
+        return reader_digest(self.reader)
+
+    def reader_change(self, saved_digest: int) -> str | None:
+        """What differs between the reader a state was saved with (its digest) and this
+        stream's, when the reader can tell (its `explain_digest`); else None."""
+        explain = getattr(self.reader, "explain_digest", None)
+        return explain(saved_digest) if callable(explain) else None
 
     def lengths(self) -> list[int]:
         """Every shard's item count (given, or counted once and kept; in a job with a

@@ -16,7 +16,7 @@ from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.steps import StepResume, StepSettings, epoch_items, step_layout
-from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, read_position
+from dist_resume.streams.stream_state import CANONICAL, CANONICAL_KIND, CanonicalPosition, check_reader, read_position
 
 
 class StreamSkip(NamedTuple):
@@ -154,10 +154,7 @@ class StepRecords:
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with canonical_streams="
                                    f"{position.canonical_streams}; this {stream.kind_name} has canonical_streams="
                                    f"{stream.canonical_streams}")
-        if position.reader_digest != stream.reader_digest:
-            raise ResumeStateError(f"{where} field {CANONICAL!r} was saved with another reader (digest "
-                                   f"{position.reader_digest}); this {stream.kind_name}'s reader has digest "
-                                   f"{stream.reader_digest}")
+        check_reader(position.reader_digest, stream, where, CANONICAL)
         if position.lengths_digest != stream.lengths_digest():
             raise ResumeStateError(f"{where} field {CANONICAL!r} was saved for shards of other item counts: a "
                                    "shard changed since, or lengths= differs from the counts the state was saved with")

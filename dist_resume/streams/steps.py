@@ -7,7 +7,8 @@ worker read what.
 A step source is a `ShardedStream`, or what a dataset's `step_source(seed, shuffle)`
 returns (a `Mixture` with stream sources): an object with `kind_name` (what errors call
 it), `canonical_streams` (int or None), `saved_length` (the dataset length its loader
-state records), `epoch_items` (positions per epoch), `digest`, `reader_digest`,
+state records), `epoch_items` (positions per epoch), `digest`, `reader_digest` (and,
+optionally, `reader_change(saved digest)`: what differs, for a refusal to name),
 `lengths_digest()`, `lengths()` (counts what it must, once, before workers copy it),
 `step_layout(settings)` (the rank's batches, as `canonical.StepLayout` gives them: pieces
 whose `stream` is a reader key, and `owner(key, roles)`) and `canonical_reader(epoch, key,

@@ -91,6 +91,17 @@ def read_position(entry: Mapping[str, Any], where: str) -> CanonicalPosition:
     return position
 
 
+def check_reader(saved_digest: int, stream: Any, where: str, field: str) -> None:
+    """A `ResumeStateError` unless `saved_digest` identifies the reader of `stream` (a step
+    source); it says what differs when the stream can tell (`reader_change`)."""
+    if saved_digest == stream.reader_digest:
+        return
+    change = getattr(stream, "reader_change", lambda saved: None)(saved_digest)
+    raise ResumeStateError(f"{where} field {field!r} was saved with another reader (digest {saved_digest}); this "
+                           f"{stream.kind_name}'s reader has digest {stream.reader_digest}"
+                           + (f": {change}" if change else ""))
+
+
 def snapshot_key(role: int) -> str:
     """The field of a stream entry that holds worker role ``role``'s dataset snapshot."""
     return f"{SNAPSHOT_PREFIX}{role}"

@@ -24,7 +24,7 @@ from dist_resume.state.fields import RankState, ResumeStateError
 from dist_resume.state.saved import SavedStates
 from dist_resume.streams.step_records import StreamSkip
 from dist_resume.streams.steps import epoch_items
-from dist_resume.streams.stream_state import UNORDERED_KIND, int_list
+from dist_resume.streams.stream_state import UNORDERED_KIND, check_reader, int_list
 from dist_resume.streams.unordered_pass import Runs, UnorderedPass, merged_runs, runs_length
 from dist_resume.streams.unordered_reader import UnorderedResume
 from dist_resume.workers.roles import Tagged
@@ -173,10 +173,7 @@ class UnorderedRecords:
         stream = self._stream
         for saved_rank, entry in entries.items():
             lengths_digest, reader_digest = int_list(entry, UNORDERED, where(saved_rank), 2 + roles)[:2]
-            if reader_digest != stream.reader_digest:
-                raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved with another reader "
-                                       f"(digest {reader_digest}); this {stream.kind_name}'s reader has digest "
-                                       f"{stream.reader_digest}")
+            check_reader(reader_digest, stream, where(saved_rank), UNORDERED)
             if lengths_digest != stream.lengths_digest():
                 raise ResumeStateError(f"{where(saved_rank)} field {UNORDERED!r} was saved for shards of other item "
                                        "counts: a shard changed since, or lengths= differs")

@@ -44,7 +44,7 @@ def hf_stream(path: str, *, data_files: Any = None, split: str = "train", shuffl
     try:
         import datasets
     except ImportError:
-        raise ImportError("hf_stream needs Hugging Face datasets: pip install datasets") from None
+        raise ImportError("hf_stream needs Hugging Face datasets: pip install 'dist-resume[datasets]'") from None
     builder = datasets.load_dataset_builder(path, data_files=data_files, **config_kwargs)
     reader_for = READERS.get(builder.name)
     if reader_for is None:

@@ -1,0 +1,75 @@
+"""One replica group of B11's side-by-side run: the same torchft loop (the demo group's:
+batch, quorum, forward, backward, manager.allreduce per gradient, should_commit) takes its
+batches from ManagedLoader (with per-sample seeding, G4, and without) and from torchft's
+DistributedSampler in rotating blocks of steps, and writes each block's step times by the
+loader it used (``--result``, JSON)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dist_resume import ManagedLoader, ResumableDataLoader
+from dist_resume.demo.data import SyntheticDataset, make_model
+from dist_resume.demo.torchft_group import GroupState, build_manager, managed_batches, parser, sampler_batches
+from dist_resume.integrations.torchft import allreduce_gradients
+
+MANAGED, UNSEEDED, SAMPLER = "managed", "managed-unseeded", "sampler"
+MODES = (MANAGED, UNSEEDED, SAMPLER)
+_POLL_SECONDS = 0.05
+
+
+def main() -> None:
+    options = parser()
+    options.add_argument("--blocks", type=int, default=20)
+    options.add_argument("--block-steps", type=int, default=20)
+    options.add_argument("--result", type=Path, required=True)
+    args = options.parse_args()
+    args.epochs = 1_000_000  # neither loader runs out
+    torch.manual_seed(args.seed)
+    dataset = SyntheticDataset(args.dataset_size)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    state = GroupState(model, optimizer, None)
+    manager, _store = build_manager(args, state)
+    state.manager = manager
+    managed = {mode: ManagedLoader(ResumableDataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+                                                      seed=args.seed, num_workers=args.num_workers, rank=0,
+                                                      world_size=1, deterministic_transforms=mode == MANAGED),
+                                   manager, key=f"dist_resume_loader_{mode}")
+               for mode in (MANAGED, UNSEEDED)}
+    sources = {mode: managed_batches(loader, args.epochs) for mode, loader in managed.items()}
+    sources[SAMPLER] = sampler_batches(args, dataset)
+    args.ready_file.write_text("")
+    while not args.start_file.exists():
+        time.sleep(_POLL_SECONDS)
+    loss_fn = nn.CrossEntropyLoss()
+    blocks: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+    for block in range(args.blocks):
+        name = MODES[block % len(MODES)]
+        times = []
+        for index in range(args.block_steps):
+            began = time.perf_counter()
+            _, (features, labels, _) = next(sources[name])
+            if name == SAMPLER:
+                manager.start_quorum()  # as torchft's OptimizerWrapper.zero_grad does
+            loss_fn(model(features), labels).backward()
+            allreduce_gradients(manager, model)
+            if manager.should_commit():
+                optimizer.step()
+            optimizer.zero_grad()
+            if index:  # a block's first step follows the other loader's steps
+                times.append(time.perf_counter() - began)
+        blocks[name].append(times)
+        if name in managed:
+            managed[name].state_dict()  # settles its last step before other loaders' steps move the Manager on
+    args.result.write_text(json.dumps(blocks))
+    manager.shutdown(wait=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""B11: ManagedLoader under torchft against torchft's own DistributedSampler, in the same
+torchft loop (a lighthouse on 127.0.0.1, 2 replica groups of
+one process, gloo, the demo's classifier, manager.allreduce per gradient, should_commit).
+
+Per step: the whole step (batch, quorum, forward, backward, allreduce, commit) in one run
+where both groups alternate blocks of steps with each loader (benchmarks/b11_group.py), so
+that load that drifts hits both alike.
+Then the time a restarted group takes from its Manager coming up to its first step with data
+(the issue's scenario: killed mid-step, back 3 steps later; it heals in its first quorum).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from dist_resume.demo.torchft_job import TorchftJob
+from dist_resume.demo.torchft_verify import read_lines
+
+from .report import FigureResult
+from .timing import Stats, rotated
+
+SAMPLER, MANAGED = "torchft DistributedSampler", "dist-resume ManagedLoader"
+UNSEEDED = "ManagedLoader, deterministic_transforms=False"
+DATA = {SAMPLER: "torchft-sampler", MANAGED: "dist-resume"}
+_GOAL = 1.02  # issue 31: per-step time at most 2% above torchft's own sampler's, at 0 and 2 workers
+
+
+def _side_by_side(workdir: Path, workers: int, blocks: int, block_steps: int) -> dict[str, list[float]]:
+    """Two groups rotate blocks of steps among the loaders; per loader, each block's median
+    step time, in round order (g0's rounds, then g1's)."""
+    common = ["--dataset-size", "400", "--batch-size", "2", "--num-workers", str(workers)]
+    with TorchftJob(workdir, common) as job:
+        groups = [job.start(f"g{number}", "--blocks", str(blocks), "--block-steps", str(block_steps),
+                            "--result", str(workdir / f"g{number}.json"), module="benchmarks.b11_group")
+                  for number in range(2)]
+        job.go(*groups)
+        for group in groups:
+            group.finished()
+    medians: dict[str, list[float]] = {SAMPLER: [], MANAGED: [], UNSEEDED: []}
+    for number in range(2):
+        found = json.loads((workdir / f"g{number}.json").read_text())
+        for key, name in (("sampler", SAMPLER), ("managed", MANAGED), ("managed-unseeded", UNSEEDED)):
+            medians[name] += [statistics.median(times) for times in found[key]]
+    return medians
+
+
+def _first_data(workdir: Path, data: str) -> float:
+    """Seconds from the restarted group's Manager coming up to its first batch it trains on."""
+    with TorchftJob(workdir, ["--dataset-size", "64", "--batch-size", "2", "--data", data]) as job:
+        g0 = job.start("g0", "--hold-at-step", "6")
+        g1 = job.start("g1", "--kill-at-step", "3")
+        job.go(g0, g1)
+        g1.exited()
+        g1, = job.join_at(6, [g0], "g1")
+        g0.finished()
+        g1.finished()
+    lines = [line for line in read_lines(job.records) if line["replica"] == "g1"]
+    life = next(line["pid"] for line in lines if line["event"] == "done")  # the first life was killed
+    up = next(line["time"] for line in lines if line["pid"] == life and line["event"] == "up")
+    first = min(line["served"] for line in lines if line["pid"] == life and line.get("taking_part"))
+    return first - up
+
+
+def run(quick: bool) -> list[FigureResult]:
+    steps = FigureResult("B11", "torchft: time per step, ManagedLoader vs torchft's sampler, same loop", "s")
+    first = FigureResult("B11-first-data", "torchft: restarted group, Manager up to its first step with data", "s")
+    blocks, block_steps = (6, 10) if quick else (45, 20)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        for workers in (0, 2):
+            case = f"{workers} workers"
+            medians = _side_by_side(root / f"workers-{workers}", workers, blocks, block_steps)
+            for name, values in medians.items():
+                steps.add(case, name, Stats.of(values))
+            for name in (MANAGED, UNSEEDED):
+                # Paired: each block against the sampler's block of the same round (the same
+                # group, within a second), so that load that changes between rounds cancels.
+                ratio = statistics.median(ours / theirs for ours, theirs in zip(medians[name], medians[SAMPLER]))
+                steps.check(f"{case}: step time {name} / sampler", ratio, f"<= {_GOAL}", ratio <= _GOAL)
+        times: dict[str, list[float]] = {SAMPLER: [], MANAGED: []}
+        for rep in range(1 if quick else 3):
+            for name in rotated([SAMPLER, MANAGED], rep):
+                times[name].append(_first_data(root / f"first-{rep}-{DATA[name]}", DATA[name]))
+        for name, values in times.items():
+            first.add("restarted group (sync quorum, heals in its first quorum)", name, Stats.of(values))
+    steps.notes.append(
+        f"One run per row: 2 groups of one process (400 samples, batch 2) take {blocks} blocks of {block_steps} "
+        "steps, rotating the three loaders in the same processes and loop; each "
+        "value is the median over both groups' blocks of each block's median step time (a block's first step, "
+        "after the other loader's, left out), min - max over those blocks. The checks are the median of paired "
+        "ratios: each block against the sampler's block of the same round in the same group. The sampler's loop starts the quorum "
+        "after its batch, as OptimizerWrapper.zero_grad does; ManagedLoader starts it in next(). Per-sample "
+        "seeding (G4, deterministic_transforms=True, the default) seeds the generators the demo's dataset draws "
+        "from before each sample, which torchft's sampler does not: the row without it is ManagedLoader's own cost.")
+    first.notes.append(
+        "From the restarted group's Manager coming up (its Manager constructed and its loader built) to the first "
+        "batch it trains on: its first quorum (which waits for the healthy group, released once the restarted "
+        "Manager runs: two polls of 50 ms), the "
+        "hand-off of model and optimizer (and, for ManagedLoader, the loader's position), and its first batch. "
+        "With torchft's sampler that batch is the start of its static shard again.")
+    return [steps, first]

@@ -1,0 +1,124 @@
+"""Mixtures of packed sources (issue 34): a packed stream of documents and token files,
+all of one seq_len, blended by weights that count token slots (one position, one sequence
+of seq_len + 1 tokens): the global batches are the same through resumes at other world
+sizes (G3), each source's sequences come in the schedule's counts, every document once per
+source-epoch; sources of different seq_len, or packed next to unpacked ones, are refused,
+and so is a state of another seq_len."""
+
+from __future__ import annotations
+
+
+import numpy
+import pytest
+import torch
+
+from dist_resume import Mixture, ResumableDataLoader, ResumeStateError
+from dist_resume.packing import TokenFile, TokenSequences
+from tests.packing_data import check_documents, collate_rows, packed_stream, run_job, write_documents
+from tests.token_file_data import documents, write_npy
+
+SEQ_LEN = 11
+FILE_LENGTHS = ((30, 2, 2, 41), (9, 9, 9, 9, 9))  # shards 10 and 11 of the token files
+WEIGHTS = {"web": 0.7, "code": 0.3}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[TokenFile]]:
+    root = tmp_path_factory.mktemp("mixture")
+    urls = write_documents(str(root / "web"))
+    files = []
+    for shard, lengths in enumerate(FILE_LENGTHS, start=10):
+        path, starts = write_npy(root / f"code-{shard}.npy", documents(shard, lengths))
+        files.append(TokenFile(str(path), document_starts=str(starts)))
+    return urls, files
+
+
+def mixture(data, seq_len: int = SEQ_LEN, **options) -> Mixture:
+    urls, files = data
+    return Mixture({"web": packed_stream(urls, seq_len=seq_len, canonical_streams=6),
+                    "code": TokenSequences(files, seq_len)}, WEIGHTS, **options)
+
+
+def job(data, world_size, state, steps):
+    return run_job(lambda rank, size: ResumableDataLoader(mixture(data), batch_size=6 // size, rank=rank,
+                                                          world_size=size, collate_fn=collate_rows, even_batches=False),
+                   world_size, state, steps)
+
+
+def source_of(row: dict) -> str:
+    return "code" if row["tokens"][0] // 100_000 >= 10 else "web"
+
+
+def test_resized_twice_the_mixture_gives_the_uninterrupted_batches_in_the_weights_counts(data):
+    whole, _ = job(data, 1, None, None)
+    first, state = job(data, 2, None, 2)
+    second, state = job(data, 3, state, 3)
+    rest, _ = job(data, 1, state, None)
+    assert first + second + rest == whole
+    rows = [row for step in whole for row in step]
+    mix = mixture(data)
+    # each source's sequences: exactly the schedule's draws over the epoch's positions
+    draws = mix.schedule.draws_before(len(rows))
+    assert [sum(source_of(row) == name for row in rows) for name in mix.names] == draws
+    # web (43 sequences) is drawn fewer times than it has: its draws are its first source-epoch's first sequences
+    web_rows = [row for row in rows if source_of(row) == "web"]
+    assert len({str(row["tokens"]) for row in web_rows}) == len(web_rows)
+    # code's token files (10 sequences) are drawn more often: every sequence once per source-epoch
+    code_rows = [row for row in rows if source_of(row) == "code"]
+    assert len(code_rows) > mix.lengths[1]
+    check_documents(code_rows[:mix.lengths[1]], ((),) * 10 + FILE_LENGTHS)
+
+
+def test_the_mixture_weighs_token_slots(data):
+    mix = mixture(data)
+    assert mix.seq_len == SEQ_LEN
+    assert mix.lengths == (sum(packed_stream(data[0]).lengths()), len(TokenSequences(data[1], SEQ_LEN)))
+    # over any window of a stage, a source's sequences (seq_len + 1 token slots each) are
+    # within window_bound of its share
+    sources, _ = mix.schedule.assign(torch.arange(1000))
+    counts = numpy.cumsum(sources.numpy() == 1)
+    for width in (10, 100, 1000):
+        windows = counts[width - 1:] - numpy.concatenate([[0], counts[:-width]])
+        assert numpy.abs(windows - 0.3 * width).max() < mix.window_bound("code")
+
+
+def test_sources_of_different_seq_len_are_refused(data):
+    urls, files = data
+    with pytest.raises(ValueError) as error:
+        Mixture({"web": packed_stream(urls, seq_len=11), "code": TokenSequences(files, 15)}, WEIGHTS)
+    assert str(error.value) == ("Mixture packed sources disagree on seq_len (source 'web' has seq_len=11, source 'code' "
+                                "has seq_len=15): its weights count tokens only if every sequence holds the same "
+                                "seq_len + 1 of them; pack every source to one seq_len")
+
+
+def test_packed_sources_next_to_unpacked_ones_are_refused(data):
+    urls, files = data
+    with pytest.raises(ValueError) as error:
+        Mixture({"web": packed_stream(urls), "plain": list(range(10))}, {"web": 1, "plain": 1})
+    assert str(error.value) == ("Mixture sources 'web' are packed token sequences and 'plain' are not: a mixture of "
+                                "packed sources weighs tokens, so every source must be packed (packed() for a stream "
+                                "of documents, TokenSequences for token files)")
+
+
+def test_a_state_of_another_seq_len_is_refused(data):
+    saved = ResumableDataLoader(mixture(data), batch_size=6, collate_fn=collate_rows)
+    next(iter(saved))
+    loader = ResumableDataLoader(mixture(data, seq_len=SEQ_LEN + 4), batch_size=6, collate_fn=collate_rows)
+    with pytest.raises(ResumeStateError, match=r"^loader state was saved for a Mixture of 'web' \(43 samples\), 'code' "
+                                               r"\(10 samples\); this Mixture has 'web' \(\d+ samples\)"):
+        loader.load_state_dict(saved.state_dict())
+
+
+def test_a_state_of_token_files_of_another_seq_len_with_the_same_lengths_is_refused(tmp_path):
+    numpy.save(tmp_path / "a.npy", numpy.arange(100, dtype=numpy.int64))
+    numpy.save(tmp_path / "b.npy", numpy.arange(100, dtype=numpy.int64))
+
+    def loader(seq_len):
+        sources = {"a": TokenSequences([str(tmp_path / "a.npy")], seq_len),
+                   "b": TokenSequences([str(tmp_path / "b.npy")], seq_len)}
+        return ResumableDataLoader(Mixture(sources, {"a": 1, "b": 1}), batch_size=2, collate_fn=collate_rows)
+
+    saved = loader(9)  # 10 sequences of 10 tokens per source, as with seq_len 10 (the last one of 1)
+    next(iter(saved))
+    with pytest.raises(ResumeStateError, match="^loader state was saved for a dataset with definition digest"):
+        loader(10).load_state_dict(saved.state_dict())

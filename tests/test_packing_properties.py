@@ -1,0 +1,143 @@
+"""Property tests of the packing arithmetic (dist_resume.packing): every token of every
+document in exactly one sequence, in order, in both modes; the sequences' position ids
+restart exactly where a document piece starts; "fit" cuts only documents longer than a
+sequence; a shard's count is its number of sequences; token files cut as one shard of the
+same documents is packed; the collated batch's targets, cu_seqlens and max_seqlen."""
+
+from __future__ import annotations
+
+import numpy
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dist_resume.packing import PackedCollate, collate_packed
+from dist_resume.packing.packer import Packer, count_sequences
+
+lengths_lists = st.lists(st.integers(0, 40), max_size=25)
+seq_lens = st.integers(1, 16)
+modes = st.booleans()  # fit
+
+
+def documents(lengths: list[int]) -> list[numpy.ndarray]:
+    """Document d holds the tokens d * 1000 + j: a token says its document and its place."""
+    return [numpy.arange(length, dtype=numpy.int64) + d * 1000 for d, length in enumerate(lengths)]
+
+
+def pack(lengths: list[int], seq_len: int, fit: bool, pad_id: int = -1) -> list[dict]:
+    packer = Packer(seq_len + 1, fit, pad_id)
+    sequences = [item for tokens in documents(lengths) for item in packer.add(tokens)]
+    return sequences + list(packer.end())
+
+
+def pieces(item: dict) -> list[list[int]]:
+    """The real tokens of a sequence, cut where its position ids restart."""
+    real = item["tokens"][:item["num_tokens"]].tolist()
+    positions = item["position_ids"][:item["num_tokens"]].tolist()
+    cut = [i for i, position in enumerate(positions) if position == 0] + [len(real)]
+    return [real[a:b] for a, b in zip(cut, cut[1:])]
+
+
+@given(lengths_lists, seq_lens, modes)
+def test_every_token_is_in_exactly_one_sequence_in_order(lengths, seq_len, fit):
+    sequences = pack(lengths, seq_len, fit)
+    real = [token for item in sequences for token in item["tokens"][:item["num_tokens"]].tolist()]
+    assert real == [token for tokens in documents(lengths) for token in tokens.tolist()]
+    for item in sequences:
+        assert item["tokens"].shape == item["position_ids"].shape == (seq_len + 1,)
+        assert item["tokens"].dtype == item["position_ids"].dtype == numpy.int64
+        assert 0 < item["num_tokens"] <= seq_len + 1
+        assert (item["tokens"][item["num_tokens"]:] == -1).all()  # padding, at the end only
+
+
+@given(lengths_lists, seq_lens, modes)
+def test_position_ids_restart_exactly_at_each_document_piece(lengths, seq_len, fit):
+    sequences = pack(lengths, seq_len, fit)
+    for item in sequences:
+        for piece in pieces(item):
+            # one document's consecutive tokens: the ids say which document and where
+            assert len({token // 1000 for token in piece}) == 1
+            assert piece == list(range(piece[0], piece[0] + len(piece)))
+        # where one piece ends and the next starts, the document changes (or the sequence starts)
+        starts = [piece[0] for piece in pieces(item)]
+        assert len({token // 1000 for token in starts}) == len(starts)
+        padding = item["position_ids"][item["num_tokens"]:]
+        assert padding.tolist() == list(range(len(padding)))  # one piece of its own
+    # every document's first token starts a piece, and so does every sequence's
+    firsts = {1000 * d for d, length in enumerate(lengths) if length}
+    starting = {piece[0] for item in sequences for piece in pieces(item)}
+    assert firsts <= starting
+    assert all(item["position_ids"][0] == 0 for item in sequences)
+
+
+@given(lengths_lists, seq_lens)
+def test_concat_fills_every_sequence_but_the_last(lengths, seq_len):
+    sequences = pack(lengths, seq_len, False)
+    assert [item["num_tokens"] for item in sequences[:-1]] == [seq_len + 1] * (len(sequences) - 1)
+    assert len(sequences) == -(-sum(lengths) // (seq_len + 1))
+
+
+@given(lengths_lists, seq_lens)
+def test_fit_cuts_only_documents_longer_than_a_sequence(lengths, seq_len):
+    sequences = pack(lengths, seq_len, True)
+    holding: dict[int, set[int]] = {}
+    for number, item in enumerate(sequences):
+        for piece in pieces(item):
+            holding.setdefault(piece[0] // 1000, set()).add(number)
+    for document, numbers in holding.items():
+        if lengths[document] <= seq_len + 1:
+            assert len(numbers) == 1, f"document {document} of {lengths[document]} tokens was cut"
+        else:  # a long document is cut, into consecutive sequences, none skipped
+            assert sorted(numbers) == list(range(min(numbers), max(numbers) + 1))
+    # a sequence is padded only at the end of the shard, or when the next document did not fit
+    for item, following in zip(sequences, sequences[1:]):
+        if item["num_tokens"] < seq_len + 1:
+            first = pieces(following)[0]
+            assert item["num_tokens"] + lengths[first[0] // 1000] > seq_len + 1
+
+
+@given(lengths_lists, seq_lens, modes)
+def test_the_count_is_the_number_of_sequences(lengths, seq_len, fit):
+    assert count_sequences(lengths, seq_len + 1, fit) == len(pack(lengths, seq_len, fit))
+
+
+@given(st.lists(lengths_lists, min_size=1, max_size=4), seq_lens, modes, st.booleans())
+def test_collated_batches_mask_padding_and_give_the_pieces_to_flash_attention(batches, seq_len, fit, mask_starts):
+    items = [item for lengths in batches for item in pack(lengths, seq_len, fit)]
+    if not items:
+        return
+    batch = PackedCollate(mask_document_starts=mask_starts)(items)
+    width = seq_len + 1
+    assert batch["tokens"].shape == (len(items), width)
+    assert torch.equal(batch["inputs"], batch["tokens"][:, :-1])
+    for row, item in enumerate(items):
+        for j in range(seq_len):
+            padding = j + 1 >= item["num_tokens"]
+            starts = mask_starts and item["position_ids"][j + 1] == 0
+            expected = -100 if padding or starts else int(item["tokens"][j + 1])
+            assert int(batch["targets"][row, j]) == expected
+    assert torch.equal(batch["position_ids"], torch.from_numpy(numpy.stack([item["position_ids"][:-1] for item in items])))
+    flat = batch["position_ids"].reshape(-1).tolist()
+    cu = batch["cu_seqlens"]
+    assert cu.dtype == torch.int32 and cu[0] == 0 and cu[-1] == len(flat)
+    lengths = torch.diff(cu).tolist()
+    assert batch["max_seqlen"] == max(lengths)
+    rebuilt = [position for length in lengths for position in range(length)]
+    assert rebuilt == flat  # each piece of cu_seqlens counts its positions from 0
+
+
+def test_a_small_batch_exactly():
+    # documents of 3, 9 and 2 tokens, seq_len 4: sequences of 5 tokens, concatenated and cut
+    batch = collate_packed(pack([3, 9, 2], 4, False))
+    assert batch["tokens"].tolist() == [[0, 1, 2, 1000, 1001], [1002, 1003, 1004, 1005, 1006],
+                                        [1007, 1008, 2000, 2001, -1]]
+    assert batch["inputs"].tolist() == [[0, 1, 2, 1000], [1002, 1003, 1004, 1005], [1007, 1008, 2000, 2001]]
+    assert batch["targets"].tolist() == [[1, 2, 1000, 1001], [1003, 1004, 1005, 1006], [1008, 2000, 2001, -100]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0], [0, 1, 2, 3], [0, 1, 0, 1]]
+    assert batch["cu_seqlens"].tolist() == [0, 3, 4, 8, 10, 12]
+    assert batch["max_seqlen"] == 4
+    assert batch["num_tokens"].tolist() == [5, 5, 4]
+    # "fit": the second document does not fit after the first, so it starts a sequence
+    fitted = collate_packed(pack([3, 5, 2], 4, True))
+    assert fitted["tokens"].tolist() == [[0, 1, 2, -1, -1], [1000, 1001, 1002, 1003, 1004], [2000, 2001, -1, -1, -1]]
+    assert fitted["num_tokens"].tolist() == [3, 5, 2]
