@@ -71,13 +71,15 @@ class ShardFiles:
         return file
 
     def close(self) -> None:
-        """Close the file opened ahead, if any (waiting for its open to end)."""
+        """Close the file opened ahead, if any: now, or when its open ends. Never waits:
+        it runs in a generator's finalizer on whatever thread collects it, the object
+        store's event loop among them, which an open in flight may need to end."""
         self._closed = True
         ahead, self._ahead = self._ahead, None
-        if self._pid != os.getpid():  # none opened here: the parent's are not ours to wait for
+        if self._pid != os.getpid():  # none opened here: the parent's are not ours to close
             return
-        if ahead is not None and ahead[1] is not None and ahead[1].exception() is None:
-            ahead[1].result().close()
+        if ahead is not None and ahead[1] is not None:
+            ahead[1].add_done_callback(_close_opened)
         self._thread.shutdown(wait=False)
 
     def _own_thread(self) -> None:
@@ -121,6 +123,11 @@ class ShardFiles:
             if file is not None:
                 file.close()
             raise location.error("read shard", location.root, exc) from None
+
+
+def _close_opened(opened: Future) -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()
 
 
 def _head(location: Location, size: int) -> bytes | None:
