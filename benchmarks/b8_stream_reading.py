@@ -20,13 +20,15 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from dist_resume import ResumableDataLoader, ShardedStream
+from dist_resume import ResumableDataLoader, ShardedStream, WebDatasetReader
 from dist_resume.state.fields import FIELDS
+from dist_resume.streams.formats.tar_members import READ_BYTES
 from dist_resume.streams.sharded import stream_spans
 
 from .b3_state_size import serialized_bytes, tensor_bytes
 from .report import FigureResult
 from .timing import Stats
+from .workloads import write_webdataset_shards
 
 CANONICAL_STREAMS = 8
 GLOBAL_BATCH = 48  # a multiple of C: every world size below divides it
@@ -48,6 +50,33 @@ class CountingReader:
             yield json.loads(line)["id"]
 
 
+class CountingTarReader:
+    """WebDatasetReader that counts the bytes it reads from its shards (ranks run in this process)."""
+
+    draws_randomness = False
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, file: Any):
+        return WebDatasetReader()(CountedFile(file, self))
+
+
+class CountedFile:
+    """A shard file whose reads add their bytes to `reader.bytes`."""
+
+    def __init__(self, file: Any, reader: CountingTarReader) -> None:
+        self.file, self.reader = file, reader
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file.read(size)
+        self.reader.bytes += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
 def write_shards(root: Path, sizes: list[int]) -> list[str]:
     urls = []
     for shard, size in enumerate(sizes):
@@ -58,8 +87,9 @@ def write_shards(root: Path, sizes: list[int]) -> list[str]:
     return urls
 
 
-def read_ratio(urls: list[str], sizes: list[int], world_size: int, global_batch: int = GLOBAL_BATCH) -> float:
-    reader = CountingReader()
+def read_ratio(urls: list[str], sizes: list[int], world_size: int, global_batch: int = GLOBAL_BATCH,
+               reader: Any = None) -> float:
+    reader = reader or CountingReader()
     stream = ShardedStream(urls, reader, window=WINDOW, seed=3, canonical_streams=CANONICAL_STREAMS, lengths=sizes)
     for rank in range(world_size):
         loader = ResumableDataLoader(stream, batch_size=global_batch // world_size, rank=rank, world_size=world_size)
@@ -81,6 +111,14 @@ def bound(sizes: list[int], world_size: int) -> float:  # items, all of one leng
     padding = -total % GLOBAL_BATCH
     windows = CANONICAL_STREAMS * WINDOW * (2 if padding else 1)  # each reader's last block, and the padding's
     return body * (1 + (2 * cuts + windows) / total)
+
+
+def tar_bound(sizes: list[int], world_size: int, shard_bytes: int) -> float:
+    """`bound` for tar shards of `shard_bytes` in all: each reader that stops inside a shard
+    may have read one block of WebDatasetReader's past what it needed."""
+    body = 1.0 if CANONICAL_STREAMS % world_size == 0 else 1 + (world_size - 1) / CANONICAL_STREAMS
+    blocks = CANONICAL_STREAMS * (2 if -sum(sizes) % GLOBAL_BATCH else 1)
+    return bound(sizes, world_size) + body * blocks * READ_BYTES / shard_bytes
 
 
 def run(quick: bool) -> list[FigureResult]:
@@ -106,10 +144,22 @@ def run(quick: bool) -> list[FigureResult]:
                 for world_size in (1, 2, 4):
                     ratio = read_ratio(urls, sizes, world_size, ODD_GLOBAL_BATCH)
                     reading.add(f"{world_size} ranks", f"equal shards, G={ODD_GLOBAL_BATCH}", Stats.exact(ratio))
+            tar_urls = write_webdataset_shards(str(root), sizes)  # beside the JSONL shards
+            for world_size in WORLD_SIZES:
+                ratio = read_ratio(tar_urls, sizes, world_size, reader=CountingTarReader())
+                reading.add(f"{world_size} ranks", f"tar, {name}", Stats.exact(ratio))
+                limit = tar_bound(sizes, world_size, sum(Path(url).stat().st_size for url in tar_urls))
+                reading.check(f"tar, {name}, {world_size} ranks", ratio, f"<= {limit:.3g}", ratio <= limit + 1e-9)
+                if name == "equal shards" and CANONICAL_STREAMS % world_size == 0:
+                    reading.check(f"tar, equal shards, {world_size} ranks (divides C)", ratio, "== 1.00", ratio == 1.0)
     reading.notes += [
         f"{shards} shards; equal: {equal[0]} items each (no shard is cut between two streams, no padding); uneven: "
         "40..150 items (seeded): 7 shards cut between streams, whose prefixes the second stream reads past, and a "
         "padded final step. One item = one JSONL line of the same length. 1, 2, 4 and 8 ranks divide C.",
+        "tar: the same items as WebDataset tar shards (an int64 and 256 bytes a record, written by webdataset's "
+        f"TarWriter), read by WebDatasetReader in blocks of {READ_BYTES // 1024} KiB: a reader that stops inside a "
+        "shard has read up to one block past its last record, which its bound adds (a block per canonical stream, "
+        "two with padding).",
     ]
     state = FigureResult("B8-state", "one rank's loader state over a ShardedStream, by shard count", "bytes",
                          log_scale=True)

@@ -37,6 +37,7 @@ FIGURES = {
     "B2M": "b2_mixture",
     "B7": "b7_streams",
     "B7R": "b7_resume_time",  # a stream's resume: seconds to the first batch, every format, local and S3
+    "B7T": "b7_tar",  # B7's rows for WebDataset tar shards, against webdataset and plain tarfile
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading
     "B9": "b9_unordered",  # stragglers, in_order=False

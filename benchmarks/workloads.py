@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import struct
 import time
 from collections.abc import Callable
 
@@ -103,3 +105,24 @@ def epoch_rate(loader: DataLoader) -> float:
     start = time.perf_counter()
     batches = sum(1 for _ in loader)
     return batches / (time.perf_counter() - start)
+
+
+RECORD_BYTES = 8 + 256  # a tar record's data: an int64 id and 256 random bytes
+
+
+def write_webdataset_shards(directory: str, sizes: list[int]) -> list[str]:
+    """Tar shards of `sizes` records each, record i ``{"__key__": "<i, 9 digits>", "id": <i,
+    int64 little-endian>, "bin": <256 random bytes>}``, written by webdataset's TarWriter as a
+    WebDataset job writes them (a pax header before every file); their paths."""
+    import webdataset
+
+    draw = random.Random(0)
+    urls, first = [], 0
+    for shard, size in enumerate(sizes):
+        url = f"{directory}/shard-{shard:03}.tar"
+        with webdataset.TarWriter(url) as writer:
+            for index in range(first, first + size):
+                writer.write({"__key__": f"{index:09}", "id": struct.pack("<q", index), "bin": draw.randbytes(256)})
+        urls.append(url)
+        first += size
+    return urls

@@ -25,6 +25,7 @@ from dist_resume.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
+    SaveOutcomeUnknownError,
     StorageError,
     UnsafeCheckpointError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "ResumeStateError",
     "ResumableTrainerMixin",
     "SaveHandle",
+    "SaveOutcomeUnknownError",
     "ShardCountError",
     "ShardedStream",
     "SkippedRange",

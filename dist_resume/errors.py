@@ -27,3 +27,9 @@ class CheckpointCorruptError(CheckpointError):
 
 class UnsafeCheckpointError(CheckpointError):
     """A checkpoint would need more than plain data to unpickle (G8)."""
+
+
+class SaveOutcomeUnknownError(CheckpointError):
+    """A save that cannot tell whether its step is committed (G7, G10): storage stopped
+    answering as its marker was created, or rank 0, which commits alone, was lost after this
+    rank entered the commit. The step may be committed; ``list_checkpoints`` tells."""

@@ -12,6 +12,26 @@ from typing import Any
 import fsspec
 
 
+class CountingFile(io.BytesIO):
+    """An in-memory shard that counts the bytes read from it and has a name."""
+
+    name = "mem://shard"
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.bytes_read = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        count = super().readinto(buffer)
+        self.bytes_read += count
+        return count
+
+
 def jsonl_bytes(items: Sequence[Any]) -> bytes:
     return b"".join(json.dumps(item).encode() + b"\n" for item in items)
 

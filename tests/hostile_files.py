@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from dist_resume.checkpoint.split_metadata import RANK_ENTRIES, SHARED
+from tests.layout import forget_digests
 
 ROOT = Path(__file__).resolve().parents[1]
 # Address space a fenced process may map beyond its imports. The loads of the tests need
@@ -39,10 +40,12 @@ def read_metadata(step_dir: Path) -> Any:
 
 def write_metadata(step_dir: Path, metadata: Any) -> None:
     """``metadata`` as the step's ``.metadata``; the step's split metadata is removed, so that
-    every load reads this file (as for a step saved before split metadata)."""
+    every load reads this file, and the digests its commit recorded are forgotten (as for a
+    step saved before either): what is tested is what the file's structure alone refuses."""
     (step_dir / ".metadata").write_bytes(pickle.dumps(metadata))
     for name in (SHARED, RANK_ENTRIES):
         (step_dir / name).unlink(missing_ok=True)
+    forget_digests(step_dir)
 
 
 def edit_metadata(step_dir: Path, edit: Callable[[Any], None]) -> None:

@@ -153,8 +153,9 @@ def peer_gone(args: dict[str, Any]) -> None:
 
 
 def leased_elsewhere(args: dict[str, Any]) -> None:
-    """Both ranks save into a URL whose writer lease another live job holds: rank 0 is
-    refused, and rank 1 gets the same error, in the save's own collective."""
+    """Both ranks save into a URL whose writer lease another job holds: alive, rank 0 is
+    refused and rank 1 gets the same error, in the save's own collective; dead, rank 1 waits
+    in that collective while rank 0 watches the lease go stale, and both save."""
     import torch
     import torch.distributed as dist
 

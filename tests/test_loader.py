@@ -503,7 +503,8 @@ def _edited(**fields: int) -> dict:
             "loader state of rank 0 is impossible: global batch 5 != 1 x 4",
         ),
         (lambda: {"plan": torch.zeros(0, dtype=torch.int64)}, "loader state has no rank entries (expected keys like 'rank_0')"),
-        (lambda: {**_state(), "rank_x": {}}, "loader state has a malformed rank key 'rank_x'"),
+        (lambda: {**_state(), "rank_x": {}}, "loader state has a malformed rank key 'rank_x': a rank entry is named "
+                                             "'rank_<r>', r written in ASCII digits without leading zeros, below 1048576"),
         (
             lambda: {**_state(), "plan": torch.tensor([0, 1, 0, 0, 0])},
             "loader state's 'plan' does not match the digest rank 0 recorded (entries from different saves mixed?)",

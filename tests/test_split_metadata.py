@@ -21,10 +21,10 @@ from dist_resume.checkpoint.split_metadata import RANK_ENTRIES, SHARED
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from tests import rank_agreement_worker
 from tests.checkpoint_worker import run
-from tests.layout import committed_dir
+from tests.layout import committed_dir, forget_digests
 from tests.s3_server import free_port
 
-_MAGIC = struct.unpack("<q", b"DRANKMD1")[0]
+_MAGIC, _MAGIC_2 = (struct.unpack("<q", name)[0] for name in (b"DRANKMD1", b"DRANKMD2"))
 
 
 def _sampled(rank: int, world_size: int) -> ResumableDataLoader:
@@ -54,35 +54,45 @@ def _save(url: Path, world_size: int, steps: int = 2, make=_sampled) -> None:
 
 
 def _files_read(monkeypatch) -> list[str]:
+    """The names of the checkpoint files read from (a call per read, a chunk per stream read)."""
     reads: list[str] = []
-    original = bounded_files.read_range
+    original_range, original_at = bounded_files.read_range, bounded_files._read_at
 
     def counted(loc, path, offset, length, where):
         reads.append(Path(path).name)
-        return original(loc, path, offset, length, where)
+        return original_range(loc, path, offset, length, where)
 
-    for module in ("bounded_files", "bounded_reader", "split_metadata"):
+    def counted_at(loc, path, fd, offset, length):
+        reads.append(Path(path).name)
+        return original_at(loc, path, fd, offset, length)
+
+    for module in ("bounded_files", "bounded_reader", "rank_records"):
         monkeypatch.setattr(f"dist_resume.checkpoint.{module}.read_range", counted)
+    monkeypatch.setattr("dist_resume.checkpoint.bounded_files._read_at", counted_at)
     return reads
 
 
 def _records(step_dir: Path) -> tuple[list[int], list[bytes]]:
+    """The ranks listed by the step's rank-entries file and their records (either layout)."""
     data = (step_dir / RANK_ENTRIES).read_bytes()
     magic, count = struct.unpack_from("<2q", data)
-    assert magic == _MAGIC
-    words = struct.unpack_from(f"<{2 * count}q", data, 16)
-    ranks, ends = list(words[:count]), words[count:]
-    start = 16 + 16 * count
+    columns = {_MAGIC: 2, _MAGIC_2: 3}[magic]
+    words = struct.unpack_from(f"<{columns * count}q", data, 16)
+    ranks, ends = list(words[:count]), words[count:2 * count]
+    start = 16 + 8 * columns * count
     return ranks, [data[start + begin:start + end] for begin, end in zip((0, *ends), ends)]
 
 
 def _write_records(step_dir: Path, ranks: list[int], records: list[bytes]) -> None:
+    """The rank-entries file in the layout written before records had digests (the ranks
+    listed, no sums), the digests of the commit forgotten: what its structure alone refuses."""
     ends, at = [], 0
     for record in records:
         at += len(record)
         ends.append(at)
     header = struct.pack(f"<{2 + 2 * len(ranks)}q", _MAGIC, len(ranks), *ranks, *ends)
     (step_dir / RANK_ENTRIES).write_bytes(header + b"".join(records))
+    forget_digests(step_dir)
 
 
 def test_an_elastic_load_reads_the_same_whatever_the_number_of_saved_ranks(tmp_path: Path, monkeypatch) -> None:
@@ -91,7 +101,8 @@ def test_an_elastic_load_reads_the_same_whatever_the_number_of_saved_ranks(tmp_p
     for saved_ranks in (3, 12):
         url = tmp_path / str(saved_ranks)
         _save(url, saved_ranks, make=_shuffled)
-        assert _records(committed_dir(url, 1)) == ([], [])  # the table carries every field of these entries
+        # the table carries every field of these entries: every saved rank's record is empty
+        assert _records(committed_dir(url, 1)) == (list(range(saved_ranks)), [b""] * saved_ranks)
         for rank in range(2):
             reads.clear()
             loader, reference = _shuffled(rank, 2), _shuffled(rank, 2)
@@ -100,7 +111,7 @@ def test_an_elastic_load_reads_the_same_whatever_the_number_of_saved_ranks(tmp_p
             reference.load_state_dict(read_loader_states(str(url))[1])
             assert _plain(loader) == _plain(reference) and _plain(loader)
     # the commit marker, the shared metadata, the records' header (magic and count, then the
-    # index: empty here) and the table's column
+    # index; the rank's own record is empty) and the table's column
     assert found == [[".committed", SHARED, RANK_ENTRIES, RANK_ENTRIES, "__0_0.distcp"]] * 4
 
 
@@ -123,6 +134,7 @@ def test_a_step_without_split_metadata_loads_from_the_whole_metadata(tmp_path: P
     _save(tmp_path / "whole", 3)
     for name in (SHARED, RANK_ENTRIES):
         (committed_dir(tmp_path / "whole", 1) / name).unlink()
+    forget_digests(committed_dir(tmp_path / "whole", 1), "shared", "rank_index")
     reads = _files_read(monkeypatch)
     for rank in range(3):
         loaders = {}
@@ -189,6 +201,7 @@ def test_a_shared_metadata_file_pointing_past_the_stored_bytes_is_refused(tmp_pa
     last = max(shared.storage_data.values(), key=lambda info: info.offset)  # no range after it to overlap
     last.length = 10**12
     (step_dir / SHARED).write_bytes(pickle.dumps(shared))
+    forget_digests(step_dir)
     with pytest.raises(CheckpointCorruptError, match=re.escape("its metadata needs")):
         _load(tmp_path)
 
@@ -261,6 +274,7 @@ def test_a_metadata_object_without_its_fields_is_one_error(tmp_path: Path, name:
     metadata = pickle.loads((step_dir / name).read_bytes())
     del metadata.state_dict_metadata
     (step_dir / name).write_bytes(pickle.dumps(metadata))
+    forget_digests(step_dir)
     if name == ".metadata":
         for split in (SHARED, RANK_ENTRIES):
             (step_dir / split).unlink()

@@ -216,3 +216,32 @@ def test_a_run_under_a_url_with_a_fragment_lists_its_own_place(tmp_path: Path) -
                "that save raised); a committed checkpoint is never overwritten: give each save a new step")
     with pytest.raises(CheckpointError, match=f"^{re.escape(message)}$"):
         save_checkpoint({"w": torch.ones(1)}, run, 1)
+
+
+def test_a_file_removed_while_its_folder_is_listed_leaves_the_rest_listed(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer's private file renamed away between the listing's read and its stat (a lease
+    heartbeat beside a load): the run's steps are still listed. It once emptied the listing,
+    and list_checkpoints found no step."""
+    run = tmp_path / "run"
+    save_checkpoint({"w": torch.ones(2)}, str(run), 1)
+    (run / ".writer_lease_0.0123456789abcdef0123456789abcdef.tmp").write_text("")
+    real_scandir = os.scandir
+
+    class Removing:
+        """os.scandir, except that the private file is removed right after it was read."""
+
+        def __init__(self, path: str) -> None:
+            self.found = real_scandir(path)
+
+        def __enter__(self) -> Iterator[os.DirEntry]:
+            for entry in self.found.__enter__():
+                if entry.name.endswith(".tmp"):
+                    os.remove(entry.path)
+                yield entry
+
+        def __exit__(self, *exc: object) -> None:
+            self.found.__exit__(*exc)
+
+    monkeypatch.setattr(storage.local_store.os, "scandir", Removing)
+    assert [info.step for info in list_checkpoints(str(run))] == [1]

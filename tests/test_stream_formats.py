@@ -18,27 +18,7 @@ from dist_resume.streams import ShardedStream
 from dist_resume.streams.formats import JsonlReader, ParquetReader, WebDatasetReader
 from dist_resume.streams.formats.jsonl import numbered_lines
 
-from .format_files import jsonl_bytes, parquet_bytes, tar_bytes, write
-
-
-class CountingFile(io.BytesIO):
-    """An in-memory shard that counts the bytes read from it and has a name."""
-
-    name = "mem://shard"
-
-    def __init__(self, data: bytes) -> None:
-        super().__init__(data)
-        self.bytes_read = 0
-
-    def read(self, size: int | None = -1) -> bytes:
-        data = super().read(size)
-        self.bytes_read += len(data)
-        return data
-
-    def readinto(self, buffer) -> int:
-        count = super().readinto(buffer)
-        self.bytes_read += count
-        return count
+from .format_files import CountingFile, jsonl_bytes, parquet_bytes, tar_bytes, write
 
 
 def read_and_count(reader, data: bytes) -> tuple[list, int]:

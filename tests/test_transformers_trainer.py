@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,23 +168,77 @@ def test_a_checkpoint_saved_without_the_mixin_is_refused(tmp_path):
 
 def test_a_resume_that_trainer_would_count_in_another_epoch_is_refused(tmp_path):
     """Saved at step 10 with batches of 4 (epoch 1 of 9 steps each); batches of 2 make 18
-    steps per epoch, so Trainer would serve epoch 0 again."""
+    steps per epoch, so Trainer would serve epoch 0 again: another global batch."""
     _train(tmp_path, 10, save_steps=10)
-    with pytest.raises(ResumeStateError, match=r"Trainer resumes global step 10 in its epoch 0 \(18 steps per epoch "
-                                               r".*the loader's state continues epoch 1.*global batch of the save, 4 "
-                                               r"samples per step \(saved: 1 process\(es\) x 4\)"):
+    with pytest.raises(ResumeStateError, match="^" + _global_batch_refused(10, (1, 4), (1, 2)) + "$"):
         _train(tmp_path, 12, tmp_path / "checkpoints" / "checkpoint-10", batch_size=2)
 
 
-def test_another_batch_size_in_the_same_epoch_resumes_exactly(tmp_path):
-    """Saved at step 6 (24 of epoch 0's 36 samples); at batch size 2, Trainer counts 18 steps
-    per epoch, still epoch 0: the loader trains the same 12 samples in batches of 2."""
-    _train(tmp_path, 6)
-    _train(tmp_path, 12, tmp_path / "checkpoints" / "checkpoint-6", batch_size=2)
-    trained = _trained(tmp_path)
-    head = [sample for step in range(1, 7) for sample in trained[step]]
-    rest = [sample for step in range(7, 13) for sample in trained[step]]
-    assert head + rest == [sample for batch in _expected(4, 9) for sample in batch]
+def _global_batch_refused(step: int, saved: tuple[int, int], now: tuple[int, int]) -> str:
+    def described(processes: int, batch_size: int) -> str:
+        return f"{processes * batch_size} samples per step ({processes} process{'es' * (processes > 1)} x {batch_size})"
+
+    return re.escape(
+        f"the checkpoint of global step {step} was saved at a global batch of {described(*saved)}; this Trainer "
+        f"trains {described(*now)}: Trainer counts epochs and the end of the run in global steps, so at another "
+        "global batch it would train samples twice or never. Resume with the global batch of the save (processes x "
+        "per_device_train_batch_size)")
+
+
+def test_a_resume_at_another_global_batch_in_the_same_epoch_is_refused(tmp_path):
+    """Saved at step 4 with batches of 4 (16 of epoch 0's 36 samples). At batch size 6 Trainer
+    counts 6 steps per epoch, still epoch 0, and would end a 2-epoch run at step 12, 4 steps
+    into epoch 1: 12 of its samples never trained."""
+    _train(tmp_path, 4, save_steps=4, num_train_epochs=2)
+    with pytest.raises(ResumeStateError, match="^" + _global_batch_refused(4, (1, 4), (1, 6)) + "$"):
+        _train(tmp_path, -1, tmp_path / "checkpoints" / "checkpoint-4", batch_size=6, save_steps=4,
+               num_train_epochs=2)
+    assert list(_trained(tmp_path)) == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_trainer_ddp_saved_at_2_processes_is_refused_at_3_with_another_global_batch(tmp_path):
+    """2 x 6 (12 per step, 3 steps per epoch) saved at step 1; 3 x 6 (18 per step) counts 2
+    steps per epoch, still epoch 0, and would end a 2-epoch run at step 4, one step into
+    epoch 1: 18 of its 36 samples never trained."""
+    saved = _run(tmp_path, 2, 6, 1, 1, "-", "-", "epochs=2")
+    assert saved.returncode == 0, saved.stderr[-3000:]
+    resumed = _run(tmp_path, 3, 6, -1, 1, "-", tmp_path / "checkpoints" / "checkpoint-1", "epochs=2")
+    assert resumed.returncode != 0
+    message = _global_batch_refused(1, (2, 6), (3, 6))
+    assert len(re.findall("ResumeStateError: " + message, resumed.stderr)) == 3, resumed.stderr[-5000:]
+    assert list(_trained(tmp_path)) == [1]
+
+
+def test_a_loader_state_of_another_step_is_refused(tmp_path):
+    """checkpoint-2's loader state under checkpoint-4's global step 4: resumed, it would train
+    steps 3 and 4's 8 samples twice."""
+    _train(tmp_path, 4, save_steps=2)
+    checkpoints = tmp_path / "checkpoints"
+    entry = json.loads((checkpoints / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
+    state_file = checkpoints / "checkpoint-4" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["stateful_callbacks"]["ResumableLoaderState"]["attributes"]["loader_state"] = \
+        entry["ResumableLoaderState"]["attributes"]["loader_state"]
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(ResumeStateError, match="^" + re.escape(
+            "the checkpoint of global step 4 holds a loader state taken after 2 batches of the run, but Trainer's "
+            "global step 4 stands after 4 (9 batches per epoch, gradient_accumulation_steps=1): the loader state "
+            "comes from another step (trainer_state.json edited, or files of two checkpoints mixed), or "
+            "gradient_accumulation_steps changed since the save; resume from a checkpoint as Trainer wrote it, with "
+            "the gradient_accumulation_steps of the save") + "$"):
+        _train(tmp_path, 8, checkpoints / "checkpoint-4", save_steps=2)
+    assert list(_trained(tmp_path)) == [1, 2, 3, 4]
+
+
+def test_another_gradient_accumulation_is_refused(tmp_path):
+    """Saved at step 2 with gradient_accumulation_steps=3 (6 batches); at 1, Trainer's step 2
+    stands after 2 batches."""
+    _train(tmp_path, 2, save_steps=2, gradient_accumulation_steps=3)
+    with pytest.raises(ResumeStateError, match="^" + re.escape(
+            "the checkpoint of global step 2 holds a loader state taken after 6 batches of the run, but Trainer's "
+            "global step 2 stands after 2 (9 batches per epoch, gradient_accumulation_steps=1)")):
+        _train(tmp_path, 4, tmp_path / "checkpoints" / "checkpoint-2")
 
 
 def test_a_mid_epoch_resume_with_gradient_accumulation_that_divides_the_epoch_is_exact(tmp_path):

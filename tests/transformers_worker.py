@@ -3,12 +3,14 @@ torchrun, from tests/test_transformers_trainer.py: run by its path, tests/datase
 shadow Hugging Face's `datasets`).
 
 Usage: python -m tests.transformers_worker OUT_DIR BATCH_SIZE MAX_STEPS SAVE_STEPS KILL_AT|- RESUME|- [plain]
+[epochs=N]
 Trains a model that records the sample indices of every batch it is given, on a
 ResumableDataLoader returned by get_train_dataloader() (`plain`: a Trainer without
 ResumableTrainerMixin, with ignore_data_skip=True, as a user would try), writes one line
 per optimizer step to OUT_DIR/rank_<r>.jsonl, checkpoints every SAVE_STEPS steps into
 OUT_DIR/checkpoints, and SIGKILLs itself at the end of step KILL_AT (before that step's
-save, if any). RESUME: a checkpoint directory to resume from.
+save, if any). RESUME: a checkpoint directory to resume from. `epochs=N`: train N epochs
+(with MAX_STEPS -1, Trainer counts the run's steps from them).
 """
 
 from __future__ import annotations
@@ -96,9 +98,10 @@ def build_trainer(out_dir: str, batch_size: int, max_steps: int, save_steps: int
 def main(out_dir: str, batch_size: str, max_steps: str, save_steps: str, kill_at: str, resume: str,
          *flags: str) -> None:
     plain = "plain" in flags
+    epochs = [float(flag.removeprefix("epochs=")) for flag in flags if flag.startswith("epochs=")]
     trainer = build_trainer(out_dir, int(batch_size), int(max_steps), int(save_steps),
                             None if kill_at == "-" else int(kill_at), PlainTrainer if plain else ExactTrainer,
-                            ignore_data_skip=plain)
+                            ignore_data_skip=plain, **({"num_train_epochs": epochs[0]} if epochs else {}))
     trainer.train(resume_from_checkpoint=None if resume == "-" else resume)
     # shut_down_distributed needs nothing else to hold the group: the Trainer keeps the DDP
     # model, whose reducer holds the group's work (a 3-process run once hung at exit with it).

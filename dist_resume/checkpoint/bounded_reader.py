@@ -23,6 +23,10 @@ from dist_resume.errors import CheckpointCorruptError
 from dist_resume.storage import Location
 
 
+_PROBED_ABOVE = 2**20  # bytes of a stored value whose ends are checked before it is read whole
+_ZIP_START, _ZIP_END, _END_RECORD = b"PK\x03\x04", b"PK\x05\x06", 22  # torch.save's archive: a zip
+
+
 class BoundedReader(StorageReader):
     """DCP storage reader for one step directory whose metadata was checked: each item is
     read as its exact byte range and unpickled by :func:`load_stored`."""
@@ -55,10 +59,21 @@ class BoundedReader(StorageReader):
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         return plans
 
+    def _probe(self, path: str, offset: int, length: int, fqn: str) -> None:
+        """Refuse a large stored value whose first and last bytes are not an archive's,
+        before its claimed length is allocated (a sparse shard's zeros, say)."""
+        first = read_range(self._loc, path, offset, len(_ZIP_START), self._where)
+        last = read_range(self._loc, path, offset + length - _END_RECORD, _END_RECORD, self._where)
+        if bytes(first) != _ZIP_START or bytes(last[:4]) != _ZIP_END:
+            raise CheckpointCorruptError(f"'{fqn}' of {self._where} is damaged: its {length} bytes are not a stored "
+                                         "torch value")
+
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         for item in plan.items:
             info = self._metadata.storage_data[item.storage_index]
             path = posixpath.join(self._directory, info.relative_path)
+            if info.length > _PROBED_ABOVE:
+                self._probe(path, info.offset, info.length, item.storage_index.fqn)
             data = read_range(self._loc, path, info.offset, info.length, self._where)
             if item.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(item, io.BytesIO(data))

@@ -78,6 +78,8 @@ def peers_answer(what: str | Callable[[], str], group: dist.ProcessGroup | None)
     transport's raw error."""
     try:
         yield
+    except CheckpointError:
+        raise  # the library's own error already says what happened (a CheckpointError is a RuntimeError)
     except RuntimeError as exc:
         message = peer_failure(exc, what, group)
         if message is None:

@@ -16,7 +16,8 @@ import torch
 from dist_resume.errors import CheckpointError
 from dist_resume.randomness.sampler import SAMPLER_RNG_KEY
 from dist_resume.state.delivered import DELIVERED_KEY
-from dist_resume.state.fields import DATASET_KEY, ELASTIC_GUARD_KEY, PROGRESS_KEY, RANK_PREFIX, SAMPLER_KEY
+from dist_resume.state.fields import (DATASET_KEY, ELASTIC_GUARD_KEY, MAX_WORLD_SIZE, PROGRESS_KEY, SAMPLER_KEY,
+                                      ResumeStateError, rank_of)
 from dist_resume.state.skips import SKIPS_KEY
 from dist_resume.streams.cursor import STREAM_KEY
 from dist_resume.streams.stream_state import CANONICAL, ITEMS, META, OF_ITERATOR, SNAPSHOT_PREFIX
@@ -42,13 +43,22 @@ _GROUPS = {path[:-1] for path in SHARED_FIELDS + OWN_FIELDS if len(path) > 1}
 
 def check_entry_fields(state: Mapping[str, Any]) -> None:
     """Refuse (one :class:`CheckpointError`) a data loader state in ``state`` (a save's
-    state dicts, by key) whose rank entries hold a field declared neither shared nor own,
-    or a shared field that is not a 1-D int64 tensor: either is a dist_resume bug."""
+    state dicts, by key) whose world size is impossible, whose rank entries are named like
+    no rank's, or hold a field declared neither shared nor own, or a shared field that is
+    not a 1-D int64 tensor."""
     for key, loader in state.items():
         if not (isinstance(loader, Mapping) and ELASTIC_GUARD_KEY in loader):
             continue
+        guard = loader[ELASTIC_GUARD_KEY]
+        saved = guard.shape[0] if isinstance(guard, torch.Tensor) and guard.dim() else 0
+        if not 0 < saved <= MAX_WORLD_SIZE:
+            raise CheckpointError(f"data loader state {key!r} says world size {saved}, outside 1 to {MAX_WORLD_SIZE}")
         for name, entry in loader.items():
-            if isinstance(name, str) and name.startswith(RANK_PREFIX) and isinstance(entry, Mapping):
+            try:
+                rank = rank_of(name)
+            except ResumeStateError as exc:
+                raise CheckpointError(f"data loader state {key!r}: {exc}") from None
+            if rank is not None and isinstance(entry, Mapping):
                 _check(entry, (), f"{key}.{name}")
 
 

@@ -5,6 +5,7 @@ committed step; nothing in a checkpoint is executed (G8).
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,12 +30,13 @@ from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.run_history import note_load
 from dist_resume.checkpoint.rank_tables import entries_from_table, own_entries
 from dist_resume.checkpoint.split_metadata import read_shared, tabled_keys, with_rank_entries
-from dist_resume.checkpoint.commit_index import IndexEntry, checked_summary, read_entry
-from dist_resume.checkpoint.step_dirs import (MARKER, committed_steps, indexed_committed_steps, read_commit,
-                                              refuse_misplaced, step_dir)
+from dist_resume.checkpoint.commit_index import index_entries, indexed_size, vouched
+from dist_resume.checkpoint.digests import METADATA_DIGEST, checked_digests
+from dist_resume.checkpoint.step_dirs import (MARKER, Commit, commits, marked_steps, marker_tags, newest_commit,
+                                              read_commit, refuse_misplaced, step_dir, step_directories)
 from dist_resume.checkpoint.stored_values import SafeLoadPlanner
 from dist_resume.errors import CheckpointCorruptError, CheckpointError, CheckpointNotFoundError
-from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, ResumeStateError, rank_of
 from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
@@ -51,43 +53,42 @@ class CheckpointInfo:
 
 
 def _choose(store: CheckpointStore, step: int | None, every_entry: set[str] | None,
-            steps: dict[int, str]) -> tuple[int, str, Metadata, bool] | None:
-    """The committed ``step`` (default: the latest) of ``steps`` (the location's committed
-    steps), its data directory, its metadata and whether that metadata lacks the loaders'
-    rank entries (`split_metadata`: for a step saved with it, unless a loader under a key of
-    ``every_entry`` receives every saved rank's entries; None: every loader does); None if
+            steps: dict[int, str]) -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
+    """The committed ``step`` (default: the latest) of ``steps`` (the location's step
+    directories, `step_directories`), its data directory, its metadata,
+    whether that metadata lacks the loaders' rank entries (`split_metadata`: for a step
+    saved with it, unless a loader under a key of ``every_entry`` receives every saved
+    rank's entries; None: every loader does), and the digests its commit recorded; None if
     the location holds nothing."""
-    if not steps:
-        refuse_misplaced(store)
-    if step is None:
-        if not steps:
+    found = newest_commit(store, steps) if step is None else \
+        read_commit(store, step, steps[step]) if step in steps else None
+    if found is None:
+        committed = [] if step is None else commits(store, steps)
+        if not committed:
+            refuse_misplaced(store)
+        if step is None:
             return None
-        step = max(steps)
-    elif step not in steps:
-        committed = ", ".join(map(str, sorted(steps))) or "none"
-        raise CheckpointNotFoundError(
-            f"step {step} is not committed at {store.loc.url} (committed steps: {committed})"
-        )
+        raise CheckpointNotFoundError(f"step {step} is not committed at {store.loc.url} (committed steps: "
+                                      f"{', '.join(str(commit.step) for commit in committed) or 'none'})")
+    step, directory = found.step, found.data
     where = f"step {step} at {store.loc.url}"
+    recorded = checked_digests(found.marker, where)
     with _pruned_is_not_damage(store, step):
-        _, directory = read_commit(store, step, steps[step])
-        shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry)
+        shared = None if every_entry is None else read_shared(store.loc, directory, where, every_entry, recorded)
         if shared is not None:
-            return step, directory, shared, True
-        return step, directory, read_metadata(store.loc, directory, where), False
+            return step, directory, shared, True, recorded
+        return step, directory, read_metadata(store.loc, directory, where, recorded.get(METADATA_DIGEST)), False, \
+            recorded
 
 
 def _with_own_entries(store: CheckpointStore, step: int, directory: str, shared: Metadata,
-                      state: dict[str, Any]) -> Metadata:
+                      state: dict[str, Any], recorded: dict[str, str]) -> Metadata:
     """``shared`` with the saved rank entries that the loaders of ``state`` read whole."""
     ranks = set()
     for key in tabled_keys(shared) & state.keys():
-        for name in own_entries(state[key]) or ():
-            number = name[len(RANK_PREFIX):]
-            if number.isdigit():
-                ranks.add(int(number))
+        ranks.update(rank_of(name) for name in own_entries(state[key]) or ())
     with _pruned_is_not_damage(store, step):
-        return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}")
+        return with_rank_entries(store.loc, directory, shared, ranks, f"step {step} at {store.loc.url}", recorded)
 
 
 @contextmanager
@@ -115,13 +116,20 @@ def _read(store: CheckpointStore, step: int, directory: str, metadata: Metadata,
                  planner=SafeLoadPlanner(where), **dcp_options)
 
 
-def _placeholder(entry: Any) -> torch.Tensor | None:
-    if isinstance(entry, TensorStorageMetadata):
-        return torch.zeros(entry.size, dtype=entry.properties.dtype)
-    return None  # a stored value: the safe planner replaces it
+_LOADER_ENTRY_LIMIT = 2**27  # elements of one saved loader entry (a rank table's column at 2**20 ranks: ~2**24)
 
 
-def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, Any], dict[str, bool]]:
+def _placeholder(fqn: str, entry: Any, where: str) -> torch.Tensor | None:
+    """What a loader's saved entry ``entry`` is read into (its size a claim of the metadata)."""
+    if not isinstance(entry, TensorStorageMetadata):
+        return None  # a stored value: the safe planner replaces it
+    if math.prod(entry.size) > _LOADER_ENTRY_LIMIT:
+        raise CheckpointCorruptError(f"{where} is damaged: loader entry '{fqn}' declares {math.prod(entry.size)} "
+                                     f"elements, more than {_LOADER_ENTRY_LIMIT}")
+    return torch.zeros(entry.size, dtype=entry.properties.dtype)
+
+
+def _load_targets(state: dict[str, Any], metadata: Metadata, where: str) -> tuple[dict[str, Any], dict[str, bool]]:
     """What DCP loads into: ``state``, except that entries saved with the elastic guard get
     a template of what is read of every saved rank, built from the metadata: with a rank
     table, the table, the replicated entries and the loader's own rank entry; without one
@@ -138,19 +146,23 @@ def _load_targets(state: dict[str, Any], metadata: Metadata) -> tuple[dict[str, 
         template: dict[str, Any] = {}
         for fqn, entry in saved.items():
             path = metadata.planner_data[fqn]
-            if path[0] == key and len(path) > 1 and _read_whole(path[1], own):
-                set_path(template, path, _placeholder(entry))
+            if path[0] == key and len(path) > 1 and _read_whole(path[1], own, where):
+                set_path(template, path, _placeholder(fqn, entry, where))
         targets[key] = template[key]
         elastic[key] = own is not None
     return targets, elastic
 
 
-def _read_whole(name: Any, own: set[str] | None) -> bool:
+def _read_whole(name: Any, own: set[str] | None, where: str) -> bool:
     """Whether a loader's saved entry ``name`` is read (``own``: its rank entries read whole,
     None: every rank's, as before rank tables)."""
+    try:
+        rank = rank_of(name)
+    except ResumeStateError as exc:
+        raise CheckpointCorruptError(f"{where} is damaged: {exc}") from None
     if own is None:
         return name != RANK_TABLE_KEY
-    return not (isinstance(name, str) and name.startswith(RANK_PREFIX)) or name in own
+    return rank is None or name in own
 
 
 def load_checkpoint(
@@ -180,24 +192,25 @@ def load_checkpoint(
         require_agreement(loc, process_group, "load", step=step)
         with collector_paused():
             every_entry = {key for key, value in state.items() if not isinstance(value, Stateful)}
-            found: list[dict[int, str]] = []  # rank 0's: the run's committed steps, for run_history
+            found: list[set[int]] = []  # rank 0's: the steps committed at the run, for run_history
 
-            def choose() -> tuple[int, str, Metadata, bool] | None:
-                found.append(committed_steps(store))
-                return _choose(store, step, every_entry, found[0])
+            def choose() -> tuple[int, str, Metadata, bool, dict[str, str]] | None:
+                steps = step_directories(store)
+                found.append(marked_steps(store, steps))
+                return _choose(store, step, every_entry, steps)
 
             chosen = on_rank0(process_group, choose)
             if chosen is None:
                 if found:
                     note_load(loc, None, found[0])
                 return None
-            step, directory, metadata, split = chosen
+            step, directory, metadata, split, recorded = chosen
             if split:  # each rank reads its own entries' metadata
                 shared = metadata
                 metadata = on_every_rank(
-                    process_group, lambda: _with_own_entries(store, step, directory, shared, state),
+                    process_group, lambda: _with_own_entries(store, step, directory, shared, state, recorded),
                     f"cannot load step {step} at {loc.url}")
-            targets, elastic = _load_targets(state, metadata)
+            targets, elastic = _load_targets(state, metadata, f"step {step} at {loc.url}")
             _read(store, step, directory, metadata, targets, process_group=process_group)
     with collector_paused():
         for key, tabled in elastic.items():
@@ -209,7 +222,7 @@ def load_checkpoint(
             elif not isinstance(value, Stateful):
                 state[key] = targets[key]
     if found:
-        note_load(loc, step, found[0])
+        note_load(loc, step, found[0] | {step})
     return step
 
 
@@ -234,53 +247,50 @@ def read_loader_states(
 
 def _loader_states(store: CheckpointStore, step: int | None, key: str) -> tuple[int, dict[str, Any]]:
     loc = store.loc
-    chosen = _choose(store, step, None, committed_steps(store))
+    chosen = _choose(store, step, None, step_directories(store))
     if chosen is None:
         raise CheckpointNotFoundError(f"no committed checkpoint at {loc.url}")
-    step, directory, metadata, _ = chosen
+    step, directory, metadata, _, _ = chosen
     if f"{key}.{ELASTIC_GUARD_KEY}" not in metadata.state_dict_metadata:
         guard = f".{ELASTIC_GUARD_KEY}"
         keys = sorted(fqn[: -len(guard)] for fqn in metadata.state_dict_metadata if fqn.endswith(guard))
         held = f"it holds loader states under {', '.join(map(repr, keys))}" if keys else "it holds none"
         raise CheckpointError(f"step {step} at {loc.url} holds no data loader state under {key!r}; {held}")
-    targets, _ = _load_targets({key: None}, metadata)
+    targets, _ = _load_targets({key: None}, metadata, f"step {step} at {loc.url}")
     _read(store, step, directory, metadata, targets, no_dist=True)
     return step, targets[key]
 
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> list[CheckpointInfo]:
-    """Committed checkpoints under ``url``, oldest first; uncommitted directories are ignored,
+    """Committed checkpoints under ``url``, oldest first: the steps whose commit markers say
+    so, as for loading (a step directory without one is ignored, a damaged one is an error);
     a location that holds something else than checkpoints is refused (as by load_checkpoint).
     Steps pruned while they are listed are left out."""
     storage_options = guarded(storage_options)  # secrets never shown in captured locals
     store = open_store(resolve(checked_url(url), storage_options))
-    steps, indexed = indexed_committed_steps(store)
-    if not steps:
+    steps = step_directories(store)
+    entries, tags = (index_entries(store), marker_tags(store)) if steps else ({}, {})
+    # A marker whose tag is the MD5 its index entry recorded is the marker committed: not read again.
+    known = {step: summary for step in steps if (summary := vouched(entries.get(step, ()), tags.get(step)))}
+    found = commits(store, {step: directory for step, directory in steps.items() if step not in known})
+    if not found and not known:
         refuse_misplaced(store)
+    infos = [CheckpointInfo(step=step, committed_at=summary.committed_at, world_size=summary.world_size,
+                            size_bytes=summary.size_bytes, url=store.loc.url_of(steps[step]))
+             for step, summary in known.items()]
     with ThreadPoolExecutor(_LISTING_READS) as pool:  # small reads: their latency, not bandwidth, adds up
-        found = pool.map(lambda item: _info(store, *item, indexed.get(item[0])), sorted(steps.items()))
-        return [info for info in found if info is not None]
+        infos += pool.map(lambda commit: _info(store, commit, entries.get(commit.step, ())), found)
+    return sorted(infos, key=lambda info: info.step)
 
 
 _LISTING_READS = 16
 
 
-def _info(store: CheckpointStore, step: int, directory: str, entry: IndexEntry | None) -> CheckpointInfo | None:
-    """What the index entry's name says of ``step``; read from storage for a step indexed
-    without it (one request) or not indexed (its marker and its files)."""
-    url = store.loc.url_of(directory)
-    if entry is not None and entry.summary is not None:
-        world_size, size, committed_at = checked_summary(store, step, entry.summary)
-        return CheckpointInfo(step=step, committed_at=committed_at, world_size=world_size, size_bytes=size, url=url)
-    try:
-        with _pruned_is_not_damage(store, step):
-            if entry is not None:
-                marker = read_entry(store, step, entry.name)
-                size = marker["size_bytes"]
-            else:  # saved before the index: its marker and its files
-                marker, _ = read_commit(store, step, directory)
-                size = store.tree_size(directory)
-    except CheckpointNotFoundError:
-        return None
-    return CheckpointInfo(step=step, committed_at=marker["committed_at"], world_size=marker["world_size"],
-                          size_bytes=size, url=url)
+def _info(store: CheckpointStore, commit: Commit, entries: Any) -> CheckpointInfo:
+    """``commit``'s step as its marker says it, with the size of its files that the index
+    says (or, for a step it does not name, measured)."""
+    size = indexed_size(store, commit.step, entries, commit.marker)
+    if size is None:
+        size = store.tree_size(commit.directory)
+    return CheckpointInfo(step=commit.step, committed_at=commit.marker["committed_at"],
+                          world_size=commit.marker["world_size"], size_bytes=size, url=store.loc.url_of(commit.directory))

@@ -7,18 +7,26 @@ import json
 import re
 from typing import Any
 
-from dist_resume.checkpoint.bounded_files import read_whole
+from dist_resume.checkpoint.bounded_files import MissingFile, read_whole
+from dist_resume.checkpoint.digests import checked_digests
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import MAX_WORLD_SIZE
 from dist_resume.storage import Location
 
-ATTEMPT_NAME = re.compile(r"attempt_[0-9a-f]{32}")  # one save's own directory inside its step
+ATTEMPT_PREFIX = "attempt_"
+ATTEMPT_NAME = re.compile(rf"{ATTEMPT_PREFIX}[0-9a-f]{{32}}")  # one save's own directory inside its step
 MARKER_LIMIT = 64 * 2**10  # a commit marker is a few hundred bytes of JSON
 LATEST_TIME = 32503680000.0  # the year 3000: any later "commit time" is damage
 
-def read_marker(loc: Location, path: str, step: int, where: str) -> dict[str, Any]:
-    """The commit marker ``path`` of ``step``, each field checked (see :func:`parse_marker`)."""
-    return parse_marker(read_whole(loc, path, where, MARKER_LIMIT), step, where)
+
+def read_marker(loc: Location, path: str, step: int, where: str) -> dict[str, Any] | None:
+    """The commit marker ``path`` of ``step``, each field checked (see :func:`parse_marker`);
+    None if there is none."""
+    try:
+        data = read_whole(loc, path, where, MARKER_LIMIT)
+    except MissingFile:
+        return None
+    return parse_marker(data, step, where)
 
 
 def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
@@ -42,4 +50,5 @@ def parse_marker(data: bytes, step: int, where: str) -> dict[str, Any]:
     attempt = marker.get("attempt")  # absent in steps saved before attempts had directories
     if attempt is not None and not (isinstance(attempt, str) and ATTEMPT_NAME.fullmatch(attempt)):
         raise CheckpointCorruptError(f"{where} is damaged: its commit marker names attempt {str(attempt)[:80]!r}")
+    checked_digests(marker, where)
     return marker

@@ -18,12 +18,17 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from dist_resume.checkpoint.bounded_files import file_size, read_whole
+from dist_resume.checkpoint.bounded_files import BoundedStream, file_size
+from dist_resume.checkpoint.digests import require_recorded
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
 from dist_resume.errors import CheckpointCorruptError, UnsafeCheckpointError
 from dist_resume.storage import Location, retry
 
 METADATA = ".metadata"  # DCP's name
+METADATA_LIMIT = 2**32  # bytes of one pickled metadata file: 22 MB at 100,000 saved ranks
+# A stored tensor is its data in a torch.save archive whose own records take about 1.6 KiB.
+ARCHIVE_OVERHEAD = 64 * 2**10
+STORED_VALUE_LIMIT = 2**30  # bytes of one stored non-tensor value (a pickled object in an archive)
 _MAX_DIMS = 64
 _MAX_PATH_DEPTH = 256
 
@@ -67,6 +72,9 @@ def _check_tensor(fqn: str, entry: TensorStorageMetadata, data: _Stored, where: 
                 f"{where} is damaged: tensor '{fqn}' declares {elements * itemsize} bytes "
                 f"where {info.length} are stored"
             )
+        if info.length > elements * itemsize + ARCHIVE_OVERHEAD:  # read whole before it is parsed
+            raise CheckpointCorruptError(f"{where} is damaged: tensor '{fqn}' is stored in {info.length} bytes, "
+                                         f"more than its {elements * itemsize} bytes of data need")
         stored += elements
     if math.prod(size) > stored:
         raise CheckpointCorruptError(
@@ -122,19 +130,35 @@ def _check_entries(metadata: Metadata, sizes: dict[str, int], where: str) -> Non
         if isinstance(entry, TensorStorageMetadata):
             _check_tensor(fqn, entry, stored, where)
         elif isinstance(entry, BytesStorageMetadata):
-            _storage_info(stored, fqn, None, where)
+            if _storage_info(stored, fqn, None, where).length > STORED_VALUE_LIMIT:
+                raise CheckpointCorruptError(f"{where} is damaged: stored value '{fqn}' is stored in more than "
+                                             f"{STORED_VALUE_LIMIT} bytes")
         else:
             raise CheckpointCorruptError(f"{where} is damaged: entry '{fqn}' is a {type(entry).__name__}")
         _check_path(fqn, metadata.planner_data.get(fqn), len(entries), where)
 
 
-def read_metadata(loc: Location, directory: str, where: str) -> Metadata:
-    """The ``.metadata`` of the step in ``directory``, checked against the real sizes of the
-    files it points into before anything is allocated from it."""
-    path = posixpath.join(directory, METADATA)
-    metadata = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
+def read_metadata(loc: Location, directory: str, where: str, recorded: str | None = None) -> Metadata:
+    """The ``.metadata`` of the step in ``directory``, checked against the digest its commit
+    ``recorded`` and against the real sizes of the files it points into before anything is
+    allocated from it."""
+    metadata, _ = read_pickled(loc, directory, METADATA, where, recorded)
     check_metadata(metadata, shard_sizes(loc, directory, metadata, where), where)
     return metadata
+
+
+def read_pickled(loc: Location, directory: str, name: str, where: str,
+                 recorded: str | None = None) -> tuple[Metadata, str]:
+    """The pickled metadata file ``name`` of the step in ``directory`` (streamed, unpickled
+    safely, not yet checked against the shards) and the digest of its pickle, refused if it
+    is not the one ``recorded``."""
+    path = posixpath.join(directory, name)
+    with BoundedStream(loc, path, where, METADATA_LIMIT) as stream:
+        metadata = unpickle_metadata(stream, loc.url_of(path))
+        stream.require_end()
+        digest = stream.digest()
+    require_recorded(digest, recorded, name, where)
+    return metadata, digest
 
 
 _ASKED_ONE_BY_ONE = 8  # files whose sizes are asked for one request each; more: one listing

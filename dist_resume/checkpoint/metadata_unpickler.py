@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING, Metadata
 
 from dist_resume.checkpoint.collector import collector_paused
 from dist_resume.checkpoint.torch_names import dtype_named
-from dist_resume.errors import UnsafeCheckpointError
+from dist_resume.errors import CheckpointError, UnsafeCheckpointError
 
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
 _ALLOWED = {
@@ -58,15 +58,21 @@ def _enum_member(cls: Any, name: str) -> Any:
     return _MEM_FORMAT_ENCODING[name]
 
 
-def unpickle_metadata(data: bytes, where: str) -> Metadata:
-    """Unpickle DCP ``.metadata`` bytes, admitting only DCP's metadata types and plain data."""
+def unpickle_metadata(source: bytes | Any, where: str) -> Metadata:
+    """Unpickle DCP ``.metadata`` (its bytes, or a file such as a `BoundedStream`),
+    admitting only DCP's metadata types and plain data."""
     try:
         with collector_paused():
-            metadata = _MetadataUnpickler(io.BytesIO(data)).load()
+            metadata = _MetadataUnpickler(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source).load()
     except UnsafeCheckpointError as exc:
         raise UnsafeCheckpointError(
             f"refused to load {where}: {exc}; only DCP metadata types and plain data are"
         ) from None
+    except CheckpointError:  # the file's own reads: damage, storage
+        raise
+    except MemoryError:
+        raise UnsafeCheckpointError(f"refused to load {where}: it declares an object larger than memory "
+                                    "(damaged or crafted)") from None
     except Exception as exc:
         raise UnsafeCheckpointError(
             f"refused to load {where}: not a DCP metadata file ({type(exc).__name__}: {exc})"

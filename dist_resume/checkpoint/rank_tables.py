@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from dist_resume.checkpoint.collectives import checkpoint_group, distributed
 from dist_resume.checkpoint.entry_fields import SHARED_FIELDS, check_entry_fields
 from dist_resume.checkpoint.nested import set_path
-from dist_resume.state.fields import ELASTIC_GUARD_KEY, RANK_PREFIX, rank_key
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, rank_key, rank_of
 from dist_resume.state.rank_table import RANK_TABLE_KEY, decode_column, encode_column
 
 def taken_states(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,13 +45,13 @@ def _rows(loader_state: Mapping[str, Any]) -> torch.Tensor:
     """This process's rank entries' shared fields: records ``[rank, field, length, values...]``."""
     records = []
     for key, entry in loader_state.items():
-        number = key[len(RANK_PREFIX):] if isinstance(key, str) and key.startswith(RANK_PREFIX) else ""
-        if not (number.isdigit() and isinstance(entry, Mapping)):
+        rank = rank_of(key)  # check_entry_fields refused the save of a malformed one
+        if rank is None or not isinstance(entry, Mapping):
             continue
         for index, path in enumerate(SHARED_FIELDS):
             value = _at(entry, path)
             if value is not None:  # a 1-D int64 tensor, as check_entry_fields made sure
-                records += [torch.tensor([int(number), index, len(value)], dtype=torch.int64), value.detach().cpu()]
+                records += [torch.tensor([rank, index, len(value)], dtype=torch.int64), value.detach().cpu()]
     return torch.cat(records) if records else torch.zeros(0, dtype=torch.int64)
 
 
@@ -100,8 +100,7 @@ def own_entries(value: Any) -> set[str] | None:
     if not isinstance(value, Stateful):
         return None
     current = value.state_dict()
-    return {key for key in current if isinstance(key, str) and key.startswith(RANK_PREFIX)} if isinstance(
-        current, Mapping) else set()
+    return {key for key in current if rank_of(key) is not None} if isinstance(current, Mapping) else set()
 
 
 def entries_from_table(loaded: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dist_resume.checkpoint.marker import read_marker
-from dist_resume.checkpoint.step_dirs import MARKER, committed_steps, step_dir
+from dist_resume.checkpoint.step_dirs import marked_steps, read_commit, step_dir, step_directories
 from dist_resume.errors import CheckpointError, CheckpointExistsError
 from dist_resume.storage import CheckpointStore, Location
 
@@ -46,7 +45,7 @@ def note_arrival(store: CheckpointStore) -> None:
     with _lock:
         if store.loc.run_key in _runs:
             return
-    found = frozenset(committed_steps(store))  # outside the lock: storage requests
+    found = frozenset(_committed_at(store))  # outside the lock: storage requests
     with _lock:
         _runs.setdefault(store.loc.run_key, _Run(found, None, by_load=False))
 
@@ -104,16 +103,22 @@ def step_taken(store: CheckpointStore, step: int, outcome: str) -> CheckpointExi
 def _attempt_of(store: CheckpointStore, step: int) -> str | None:
     """The save directory that ``step``'s commit marker names; None if it cannot be read."""
     try:
-        return read_marker(store.loc, posixpath.join(step_dir(store, step), MARKER), step, f"step {step}").get("attempt")
+        found = read_commit(store, step, step_dir(store, step))
     except CheckpointError:
         return None
+    return None if found is None else found.marker.get("attempt")
 
 
 def _committed_now(store: CheckpointStore) -> set[int]:
     try:
-        return set(committed_steps(store))
+        return _committed_at(store)
     except CheckpointError:  # the error being raised says what it can without the listing
         return set()
+
+
+def _committed_at(store: CheckpointStore) -> set[int]:
+    """The steps committed at ``store``'s location now, as a save finds them: those whose marker exists."""
+    return marked_steps(store, step_directories(store))
 
 
 def _listed(steps: list[int], shown: int = 8) -> str:

@@ -19,12 +19,14 @@ from dist_resume.checkpoint.async_saves import SaveHandle, start, wait_for_previ
 from dist_resume.checkpoint.collectives import (checkpoint_group, dcp_call, distributed, on_rank0, peers_answer,
                                                 single_process_intended)
 from dist_resume.checkpoint.commit import commit, prepare_attempt
+from dist_resume.checkpoint.lease import confirm as confirm_lease
 from dist_resume.checkpoint.lease import hold as hold_lease
 from dist_resume.checkpoint.rank_agreement import require_agreement
 from dist_resume.checkpoint.rank_tables import taken_states, with_rank_tables
 from dist_resume.checkpoint.save_outcome import SaveOutcome
 from dist_resume.checkpoint.split_metadata import SplitMetadataWriter
 from dist_resume.errors import CheckpointError
+from dist_resume.state.fields import ResumeStateError
 from dist_resume.state.skips import loader_skips
 from dist_resume.storage import CheckpointStore, guarded, open_store, resolve
 
@@ -36,13 +38,25 @@ def _begin(store: CheckpointStore, step: int) -> str:
     return attempt
 
 
+def _commit(store: CheckpointStore, step: int, attempt: str, keep: int | None, world_size: int) -> list[str]:
+    """Rank 0: commit, unless another job took this job's writer lease over during the save;
+    what failed after the commit (see ``commit``)."""
+    confirm_lease(store)
+    return commit(store, step, attempt, keep, world_size)
+
+
 def _finish(store: CheckpointStore, step: int, attempt: str, keep: int | None,
             group: dist.ProcessGroup | None, outcome: SaveOutcome) -> None:
     world_size = dist.get_world_size(group) if distributed() else 1
     outcome.entering_commit(attempt)
-    if distributed():
-        dist.barrier(group=group)  # every rank's data is stored
-    on_rank0(group, lambda: commit(store, step, attempt, keep, world_size))
+    try:
+        if distributed():
+            dist.barrier(group=group)  # every rank's data is stored
+        afterwards = on_rank0(group, lambda: _commit(store, step, attempt, keep, world_size))
+    except Exception as failure:  # noqa: BLE001 - settled by the marker
+        outcome.settle(failure, group)
+        return
+    outcome.committed(afterwards)
 
 
 def _finish_async(upload: Future, store: CheckpointStore, step: int, attempt: str, keep: int | None,
@@ -88,11 +102,11 @@ def save_checkpoint(
     where = f"step {step} at {loc.url}"
     outcome = SaveOutcome(store, step, dist.get_rank(process_group) if distributed() else 0)
     with peers_answer(outcome.peer_lost, process_group):
-        skipped = loader_skips(state)
         try:
+            skipped = loader_skips(state)
             state, refusal = taken_states(state), None
-        except CheckpointError as exc:  # raised on every rank by the agreement, not on this one alone
-            refusal = str(exc)
+        except (CheckpointError, ResumeStateError) as exc:  # raised on every rank by the agreement, not on one
+            skipped, refusal = {}, str(exc)
         # before the background group exists: creating it is a collective of its own, and a
         # rank that creates it while its peer does not waits forever
         require_agreement(loc, process_group, "save", skipped=skipped, refusal=refusal, step=step, keep=keep,

@@ -1,48 +1,37 @@
 """DCP's metadata of a save, split so that an elastic load does not read every saved rank's
 entries' metadata: one file with everything but the data loaders' rank entries (their rank
-table included), and one with each saved rank's entries' metadata as a record of its own,
-found through an index of int64 (16 bytes per saved rank).
+table included), and one with each saved rank's entries' metadata as a record of its own
+(`rank_records`), found through an index of int64 (24 bytes per saved rank).
 
 Both are written by the coordinator beside ``.metadata`` (which stays whole, for same-size
-resumes, ``read_loader_states`` and plain ``dcp.load``) before the step is committed. A load
-reads them through the same safe unpickler and the same checks against the stored bytes as
+resumes, ``read_loader_states`` and plain ``dcp.load``) before the step is committed, and the
+commit records their digests (`digests`), which every load compares. A load reads them
+through the same safe unpickler and the same checks against the stored bytes as
 ``.metadata`` (G8); a step saved without them is loaded from ``.metadata``.
-
-Layout of ``RANK_ENTRIES`` (int64 little-endian header, then the records)::
-
-    MAGIC, R, rank_1 .. rank_R (ascending), end_1 .. end_R, record_1 .. record_R
-
-where record ``i`` is a pickled DCP ``Metadata`` of the fields of rank ``rank_i``'s entries
-that the rank table does not carry (`entry_fields.OWN_FIELDS`: a sampler's state, a stream's
-snapshots, ...) and ends ``end_i`` bytes after the header. Ranks without such fields have no
-record (``R`` may be 0).
 """
 
 from __future__ import annotations
 
 import pickle
 import posixpath
-import struct
 from typing import Any
 
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.storage import WriteResult
 
-from dist_resume.checkpoint.bounded_files import file_size, read_range, read_whole
+from dist_resume.checkpoint.bounded_files import MissingFile, file_size
+from dist_resume.checkpoint.digests import INDEX_DIGEST, METADATA_DIGEST, SHARED_DIGEST, require_recorded
 from dist_resume.checkpoint.entry_fields import SHARED_FIELDS
-from dist_resume.checkpoint.metadata_checks import METADATA, check_metadata, shard_sizes
+from dist_resume.checkpoint.metadata_checks import METADATA, check_metadata, read_pickled, shard_sizes
 from dist_resume.checkpoint.metadata_unpickler import unpickle_metadata
+from dist_resume.checkpoint.rank_records import RANK_ENTRIES, encode_header, read_index, read_record
 from dist_resume.errors import CheckpointCorruptError
-from dist_resume.state.fields import MAX_WORLD_SIZE, RANK_PREFIX
+from dist_resume.state.fields import ELASTIC_GUARD_KEY, ResumeStateError, rank_of
 from dist_resume.state.rank_table import RANK_TABLE_KEY
 from dist_resume.storage import Location, retry
 from dist_resume.storage.dcp_files import CheckpointWriter
 
 SHARED = ".metadata_without_rank_entries"
-RANK_ENTRIES = ".metadata_of_rank_entries"
-_MAGIC = 0x31444D4B4E415244  # b"DRANKMD1" read as int64 little-endian
-_WORD = 8
-_MAX_RECORD = 2**24  # one rank's entries' metadata: a few hundred bytes in practice
 
 
 class SplitMetadataWriter(CheckpointWriter):
@@ -55,14 +44,10 @@ class SplitMetadataWriter(CheckpointWriter):
         shared, ranks = _split(metadata)
         with self.fs.create_stream(posixpath.join(self.path, SHARED), "wb") as stream:
             pickle.dump(shared, stream)
-        records = [pickle.dumps(ranks[rank]) for rank in sorted(ranks)]
-        ends, at = [], 0
-        for record in records:
-            at += len(record)
-            ends.append(at)
-        header = struct.pack(f"<{2 + 2 * len(records)}q", _MAGIC, len(records), *sorted(ranks), *ends)
+        saved = max(saved_world_size(shared, "this save"), max(ranks, default=-1) + 1)
+        records = [pickle.dumps(ranks[rank]) if rank in ranks else b"" for rank in range(saved)]
         with self.fs.create_stream(posixpath.join(self.path, RANK_ENTRIES), "wb") as stream:
-            stream.write(header)
+            stream.write(encode_header(records))
             for record in records:
                 stream.write(record)
 
@@ -74,13 +59,25 @@ def tabled_keys(metadata: Metadata) -> set[str]:
             and isinstance(path[0], str) and path[1] == RANK_TABLE_KEY}
 
 
+def saved_world_size(shared: Metadata, where: str) -> int:
+    """The world size the tabled loaders of ``shared`` were saved at (their elastic guards'
+    first dimension): the ranks that have a record."""
+    sizes = set()
+    for key in tabled_keys(shared):
+        guard = shared.state_dict_metadata.get(f"{key}.{ELASTIC_GUARD_KEY}")
+        size = getattr(guard, "size", None) if isinstance(guard, TensorStorageMetadata) else None
+        if not (isinstance(size, (tuple, list)) and size and type(size[0]) is int and size[0] > 0):
+            raise CheckpointCorruptError(f"{where} is damaged: the data loader under {key!r} has no elastic guard")
+        sizes.add(size[0])
+    return max(sizes, default=0)
+
+
 def _saved_rank(path: Any, tabled: set[str]) -> int | None:
-    """The rank whose entry of a tabled loader ``path`` (a planner path) lies in, else None."""
-    if not isinstance(path, (tuple, list)) or len(path) < 3 or not isinstance(path[0], str) or \
-            path[0] not in tabled or not isinstance(path[1], str) or not path[1].startswith(RANK_PREFIX):
+    """The rank whose entry of a tabled loader ``path`` (a planner path) lies in, else None
+    (:class:`ResumeStateError` for an entry of a tabled loader named like no rank's)."""
+    if not isinstance(path, (tuple, list)) or len(path) < 3 or not isinstance(path[0], str) or path[0] not in tabled:
         return None
-    number = path[1][len(RANK_PREFIX):]
-    return int(number) if number.isdigit() else None
+    return rank_of(path[1])
 
 
 def _split(metadata: Metadata) -> tuple[Metadata, dict[int, Metadata]]:
@@ -105,46 +102,66 @@ def _split(metadata: Metadata) -> tuple[Metadata, dict[int, Metadata]]:
     return shared, ranks
 
 
-def read_shared(loc: Location, directory: str, where: str, every_entry: set[str]) -> Metadata | None:
-    """The step's metadata without its loaders' rank entries, checked (G8); None for a step
-    saved without split metadata, or if a loader under a key of ``every_entry`` is to receive
-    every saved rank's entries (which only ``.metadata`` lists)."""
-    path = posixpath.join(directory, SHARED)
-    if not _exists(loc, path):
+def commit_digests(loc: Location, directory: str, where: str) -> dict[str, str]:
+    """The digests of the step's metadata files as stored, read back by rank 0 before it
+    commits: ``.metadata`` checked whole against every rank's shards (so that storage that
+    only looks shared fails here), the split files if the save wrote them."""
+    metadata, digest = read_pickled(loc, directory, METADATA, where)
+    check_metadata(metadata, shard_sizes(loc, directory, metadata, where), where)
+    digests = {METADATA_DIGEST: digest}
+    if tabled_keys(metadata):
+        digests[SHARED_DIGEST] = read_pickled(loc, directory, SHARED, where)[1]
+        digests[INDEX_DIGEST] = read_index(loc, posixpath.join(directory, RANK_ENTRIES), where).digest
+    return digests
+
+
+def read_shared(loc: Location, directory: str, where: str, every_entry: set[str],
+                recorded: dict[str, str]) -> Metadata | None:
+    """The step's metadata without its loaders' rank entries, checked (G8) against the digest
+    its commit ``recorded`` and the stored bytes; None for a step saved without split
+    metadata, or if a loader under a key of ``every_entry`` is to receive every saved rank's
+    entries (which only ``.metadata`` lists)."""
+    if not _exists(loc, posixpath.join(directory, SHARED)):
+        if SHARED_DIGEST in recorded:
+            raise MissingFile(f"{where} is damaged: {SHARED} is missing")
         return None
     # not read here, but by read_loader_states, `dist-resume inspect` and plain dcp.load: a step
     # that lost it is damaged, and is reported so now rather than when one of them needs it
     file_size(loc, posixpath.join(directory, METADATA), where)
-    shared = unpickle_metadata(read_whole(loc, path, where), loc.url_of(path))
-    if tabled_keys(shared) & every_entry:
+    shared, _ = read_pickled(loc, directory, SHARED, where, recorded.get(SHARED_DIGEST))
+    tabled = tabled_keys(shared)
+    if tabled & every_entry:
         return None
+    try:
+        named = next((path for path in shared.planner_data.values() if _saved_rank(path, tabled) is not None), None)
+    except (ResumeStateError, TypeError, AttributeError):
+        named = "?"
+    if named is not None:
+        raise CheckpointCorruptError(f"{where} is damaged: its {SHARED} holds a rank entry ({str(named)[:80]})")
     return _checked(loc, directory, shared, where)
 
 
-def with_rank_entries(loc: Location, directory: str, shared: Metadata, ranks: set[int], where: str) -> Metadata:
-    """``shared`` (of `read_shared`) with the saved entries of ``ranks`` (those saved), checked (G8)."""
+def with_rank_entries(loc: Location, directory: str, shared: Metadata, ranks: set[int], where: str,
+                      recorded: dict[str, str]) -> Metadata:
+    """``shared`` (of `read_shared`) with the saved entries of ``ranks`` (those saved), checked
+    (G8): each saved rank among them finds exactly its own record."""
     path = posixpath.join(directory, RANK_ENTRIES)
-    size = file_size(loc, path, where)
-    magic, count = _words(loc, path, 0, 2, size, where)
-    if magic != _MAGIC or not 0 <= count <= MAX_WORLD_SIZE:
-        raise CheckpointCorruptError(f"{where} is damaged: {RANK_ENTRIES} has no valid header")
-    words = _words(loc, path, 2 * _WORD, 2 * count, size, where)
-    saved, ends = words[:count], words[count:]
-    start = (2 + 2 * count) * _WORD
-    if any(b <= a for a, b in zip(saved, saved[1:])) or any(b < a for a, b in zip((0, *ends), ends)) or \
-            start + (ends[-1] if count else 0) != size:
-        raise CheckpointCorruptError(f"{where} is damaged: the index of {RANK_ENTRIES} does not match its records")
+    index = read_index(loc, path, where)
+    require_recorded(index.digest, recorded.get(INDEX_DIGEST), RANK_ENTRIES, where)
+    if index.sums is not None:  # every saved rank has its record
+        saved = saved_world_size(shared, where)
+        if index.ranks != tuple(range(saved)):
+            raise CheckpointCorruptError(f"{where} is damaged: {RANK_ENTRIES} lists ranks other than 0 to "
+                                         f"{saved - 1}, the saved ranks")
     merged = Metadata(dict(shared.state_dict_metadata), dict(shared.planner_data), dict(shared.storage_data),
                       shared.storage_meta, shared.version)
     tabled = tabled_keys(shared)
-    position = {rank: index for index, rank in enumerate(saved)}
+    position = {rank: place for place, rank in enumerate(index.ranks)}
     for rank in sorted(ranks & position.keys()):
-        index = position[rank]
-        begin = ends[index - 1] if index else 0
-        if ends[index] - begin > _MAX_RECORD:
-            raise CheckpointCorruptError(f"{where} is damaged: rank {rank}'s record in {RANK_ENTRIES} is too long")
-        record = unpickle_metadata(read_range(loc, path, start + begin, ends[index] - begin, where), loc.url_of(path))
-        entries, paths, stored = _own_record(record, rank, tabled, where)
+        record = read_record(loc, path, index, position[rank], where)
+        if not record:
+            continue  # this rank's entries have no field of their own
+        entries, paths, stored = _own_record(unpickle_metadata(record, loc.url_of(path)), rank, tabled, where)
         merged.state_dict_metadata.update(entries)
         merged.planner_data.update(paths)
         merged.storage_data.update(stored)
@@ -162,17 +179,10 @@ def _own_record(record: Metadata, rank: int, tabled: set[str], where: str) -> tu
                 all(_saved_rank(place, tabled) == rank for place in paths.values()) and \
                 all(getattr(index, "fqn", None) in fqns for index in stored):
             return entries, paths, stored
-    except TypeError:  # an unhashable name
+    except (TypeError, ResumeStateError):  # an unhashable name, an entry named like no rank's
         pass
     raise CheckpointCorruptError(f"{where} is damaged: rank {rank}'s record in {RANK_ENTRIES} holds other entries "
                                  "than that rank's")
-
-
-def _words(loc: Location, path: str, offset: int, count: int, size: int, where: str) -> tuple[int, ...]:
-    """``count`` int64 of ``RANK_ENTRIES`` from byte ``offset``, refused past its ``size``."""
-    if offset + count * _WORD > size:
-        raise CheckpointCorruptError(f"{where} is damaged: {RANK_ENTRIES} is cut short")
-    return struct.unpack(f"<{count}q", read_range(loc, path, offset, count * _WORD, where))
 
 
 def _checked(loc: Location, directory: str, metadata: Metadata, where: str) -> Metadata:

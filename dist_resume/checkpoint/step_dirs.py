@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
-from dist_resume.checkpoint.commit_index import IndexEntry, indexed_steps
-from dist_resume.checkpoint.marker import ATTEMPT_NAME, read_marker
+from dist_resume.checkpoint.marker import ATTEMPT_NAME, ATTEMPT_PREFIX, read_marker
 from dist_resume.checkpoint.metadata_checks import METADATA
 from dist_resume.errors import CheckpointError
 from dist_resume.storage import DIRECTORY, FILE, LINK, CheckpointStore
 
 MARKER = ".committed"
-_STEP_DIR = re.compile(r"step_(\d+)")
+_STEP_DIR = re.compile(r"step_(\d+)", re.ASCII)
+_PARALLEL_READS = 16  # a run's markers are small reads: their latency, not bandwidth, adds up
+
+
+class Commit(NamedTuple):
+    """A committed step: its directory, its commit marker, and the directory of the data it commits."""
+
+    step: int
+    directory: str
+    marker: dict[str, Any]
+    data: str
 
 
 def step_dir_name(step: int) -> str:
@@ -40,22 +50,12 @@ def require_directory(store: CheckpointStore, directory: str, kind: str | None) 
                               "must be directories written by save_checkpoint")
 
 
-def committed_steps(store: CheckpointStore) -> dict[int, str]:
-    """Committed steps at the location and their directories. A step directory that is a
-    link or not named as this library names it is refused, never read beside the others.
-    Two listings for a run whose steps are indexed; a check of its marker per step that is not."""
-    return indexed_committed_steps(store)[0]
-
-
-def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], dict[int, IndexEntry]]:
-    """``committed_steps`` and the index entries of those the run's index names (from the same listing)."""
+def step_directories(store: CheckpointStore) -> dict[int, str]:
+    """The step directories at the location, committed or not, by step (one listing). One
+    that is a link or not named as this library names it is refused, never read beside the others."""
     loc = store.loc
-    listed = store.entries(loc.root)
-    # After the run's listing: an entry removed since (a prune removes it before the marker)
-    # sends its step to the marker check, which then finds it uncommitted.
-    indexed = indexed_steps(store)
     steps = {}
-    for entry in listed:
+    for entry in store.entries(loc.root):
         match = _STEP_DIR.fullmatch(entry.name)
         if not match:
             continue
@@ -67,16 +67,69 @@ def indexed_committed_steps(store: CheckpointStore) -> tuple[dict[int, str], dic
             )
         directory = loc.join(entry.name)
         require_directory(store, directory, entry.kind)
-        if step in indexed or store.exists(posixpath.join(directory, MARKER)):
-            steps[step] = directory
-    return steps, {step: entry for step, entry in indexed.items() if step in steps}
+        steps[step] = directory
+    return steps
 
 
-def read_commit(store: CheckpointStore, step: int, directory: str) -> tuple[dict[str, Any], str]:
-    """The commit marker of ``step`` and the directory holding the data it commits."""
+def read_commit(store: CheckpointStore, step: int, directory: str) -> Commit | None:
+    """What decides whether ``step`` is committed, for every reader (load, list, inspect,
+    keep=): its commit marker, each field checked. None if it has none: the step does not
+    exist (G7); a damaged marker is one :class:`CheckpointCorruptError`."""
     marker = read_marker(store.loc, posixpath.join(directory, MARKER), step, f"step {step} at {store.loc.url}")
+    if marker is None:
+        return None
     attempt = marker.get("attempt")
-    return marker, directory if attempt is None else posixpath.join(directory, attempt)
+    return Commit(step, directory, marker, directory if attempt is None else posixpath.join(directory, attempt))
+
+
+def newest_commit(store: CheckpointStore, steps: dict[int, str]) -> Commit | None:
+    """The commit of the newest committed step of ``steps`` (`step_directories`), None if none
+    is: a marker read per step, newest first, until one is there."""
+    for step in sorted(steps, reverse=True):
+        found = read_commit(store, step, steps[step])
+        if found is not None:
+            return found
+    return None
+
+
+def marker_tags(store: CheckpointStore) -> dict[int, str]:
+    """The tag of each step directory's marker by step (`CheckpointStore.tags`: from listings
+    of the step directories, their attempts rolled up); none where storage offers no tags."""
+    return _marker_tags(store) or {}
+
+
+def _marker_tags(store: CheckpointStore) -> dict[int, str] | None:
+    listed = store.tags(store.loc.join("step_"), f"/{ATTEMPT_PREFIX}")
+    if listed is None:
+        return None
+    found = {}
+    for path, tag in listed.items():
+        name, _, rest = path.partition("/")
+        match = _STEP_DIR.fullmatch(name)
+        if match and rest == MARKER and name == step_dir_name(int(match.group(1))):
+            found[int(match.group(1))] = tag
+    return found
+
+
+def marked_steps(store: CheckpointStore, steps: dict[int, str]) -> set[int]:
+    """The steps of ``steps`` (`step_directories`) whose directories hold a commit marker,
+    read or not: the steps no save can take any more, a damaged marker's included. From the
+    markers' tags where storage lists them (S3: one listing per 1,000 steps), else a check
+    per step (in parallel); no marker is read."""
+    tagged = _marker_tags(store)
+    if tagged is not None:
+        return tagged.keys() & steps.keys()
+    ordered = sorted(steps)
+    with ThreadPoolExecutor(_PARALLEL_READS) as pool:
+        there = pool.map(lambda step: store.exists(posixpath.join(steps[step], MARKER)), ordered)
+        return {step for step, marked in zip(ordered, there) if marked}
+
+
+def commits(store: CheckpointStore, steps: dict[int, str]) -> list[Commit]:
+    """The commits of every committed step of ``steps``, oldest first (their markers read in parallel)."""
+    with ThreadPoolExecutor(_PARALLEL_READS) as pool:
+        found = pool.map(lambda step: read_commit(store, step, steps[step]), sorted(steps))
+        return [commit for commit in found if commit is not None]
 
 
 def refuse_misplaced(store: CheckpointStore) -> None:

@@ -18,10 +18,15 @@ import re
 import weakref
 from typing import Any
 
+from dist_resume.checkpoint.bounded_files import read_whole
+from dist_resume.errors import CheckpointError
 from dist_resume.loader.resumable import ResumableDataLoader
-from dist_resume.state.fields import ResumeStateError
+from dist_resume.state.fields import ResumeStateError, rank_key, rank_of
 from dist_resume.state.json_form import state_from_json, state_to_json
 from dist_resume.state.saved import decode
+from dist_resume.storage import resolve
+
+_STATE_FILE_LIMIT = 2**28  # bytes of one rank's loader state in JSON
 
 # The folder inside accelerate's checkpoint directory that holds the loader states.
 STATE_FOLDER = "dist_resume"
@@ -87,15 +92,25 @@ def _save_all(loaders: list[ResumableDataLoader], output_dir: str) -> None:
         os.replace(partial, path)
         if loader.rank == 0:
             # A directory reused from a larger job: its extra ranks' files would be mixed in.
-            for rank in _saved_ranks(directory, index):
+            for rank in _saved_ranks(directory, index, strict=False):
                 if rank >= loader.world_size:
                     os.remove(_state_path(directory, index, rank))
 
 
-def _saved_ranks(directory: str, index: int) -> list[int]:
-    pattern = re.compile(rf"loader_{index}_rank_(\d+)\.json")
+def _saved_ranks(directory: str, index: int, strict: bool = True) -> list[int]:
+    """The ranks whose state files of loader ``index`` are in ``directory``; a file named
+    like one but not as this module names them is refused (``strict``) or left alone."""
+    pattern = re.compile(rf"loader_{index}_(rank_.*)\.json", re.DOTALL)
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    return sorted(int(match.group(1)) for match in map(pattern.fullmatch, names) if match)
+    ranks = []
+    for match in filter(None, map(pattern.fullmatch, names)):
+        try:
+            ranks.append(rank_of(match.group(1)))
+        except ResumeStateError as error:
+            if strict:
+                raise ResumeStateError(f"{os.path.join(directory, match.group(0))} is not a state file this "
+                                       f"library writes: {error}") from None
+    return sorted(ranks)
 
 
 def _load_all(loaders: list[ResumableDataLoader], input_dir: str) -> None:
@@ -116,12 +131,17 @@ def _read_saved_state(input_dir: str, index: int) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for rank in ranks:
         path = _state_path(directory, index, rank)
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
         try:
-            merged.update(state_from_json(text))
-        except (ValueError, KeyError, TypeError) as error:
+            text = read_whole(resolve(directory), path, f"loader state file {path}", _STATE_FILE_LIMIT).decode()
+            state = state_from_json(text)
+        except CheckpointError as error:  # not a regular file, larger than any loader state
+            raise ResumeStateError(str(error)) from None
+        except (ValueError, KeyError, TypeError) as error:  # UnicodeDecodeError is a ValueError
             raise ResumeStateError(f"loader state file {path} is not a loader state: {error}") from None
+        entries = sorted(key for key in state if rank_of(key) is not None)
+        if entries != [rank_key(rank)]:
+            raise ResumeStateError(f"loader state file {path} holds the entries {entries}, not rank {rank}'s alone")
+        merged.update(state)
     saved = decode(merged)
     world_size = saved.any.world_size
     if ranks != list(range(world_size)):

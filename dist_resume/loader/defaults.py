@@ -6,7 +6,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from dist_resume.arguments import checked_int
+from dist_resume.arguments import INT64_LIMIT, checked_int
+from dist_resume.state.fields import MAX_WORLD_SIZE
 
 
 def default_seed(generator: torch.Generator | None, world_size: int) -> int:
@@ -39,7 +40,15 @@ def data_parallel_shard(rank: int | None, world_size: int | None, process_group)
             raise ValueError("process_group was given but torch.distributed is not initialized")
         else:
             rank, world_size = 0, 1
-    rank, world_size = checked_int("rank", rank, 0), checked_int("world_size", world_size, 1)
+    rank, world_size = checked_int("rank", rank, 0), checked_int("world_size", world_size, 1, MAX_WORLD_SIZE + 1)
     if not rank < world_size:
         raise ValueError(f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}")
     return rank, world_size
+
+
+def check_global_batch(batch_size: int | None, world_size: int) -> None:
+    """Refuse a per-rank ``batch_size`` (an int >= 1, as torch checked) whose global batch
+    does not fit the int64 it is saved as."""
+    if batch_size is not None and batch_size * world_size >= INT64_LIMIT:
+        raise ValueError(f"batch_size {batch_size} x world_size {world_size}, the global batch, is saved as int64: "
+                         "it must be below 2**63")

@@ -12,6 +12,14 @@ from dist_resume.state.fields import Sampling
 from dist_resume.streams.sharded import ShardedStream
 
 
+def following(epoch: int) -> int:
+    """The epoch after ``epoch``. Epochs are saved as int64: 2**63 - 1 has none."""
+    if epoch + 1 >= INT64_LIMIT:
+        raise ValueError(f"epoch {epoch} is the last one a loader serves (epochs are saved as int64); "
+                         "set_epoch() an earlier one")
+    return epoch + 1
+
+
 class EpochChoice:
     """The epoch methods of `ResumableDataLoader` (a mixin over the loader's position:
     `_progress`, `_plan_values`, `_dataset_length`, `_resume_pending`, `_generation`, and
@@ -44,6 +52,14 @@ class EpochChoice:
         self._switch_epoch(epoch)
         self._progress.chosen = True
 
+    def _pass_ended(self) -> None:
+        """The loader stands at the start of the next epoch; after the last epoch there is,
+        at its end (the next `iter()` refuses to go on)."""
+        if self._progress.epoch + 1 < INT64_LIMIT:
+            self._switch_epoch(self._progress.epoch + 1)
+        else:
+            self._progress.finished = True
+
     def _plan_for(self, epoch: int) -> Plan:
         values = self._plan_values
         if values and values[0] == epoch:
@@ -69,6 +85,8 @@ class EpochChoice:
         if self._resume_pending or progress.chosen:
             return progress
         if progress.finished:
+            if progress.epoch + 1 >= INT64_LIMIT:
+                return progress  # the last epoch there is: the next iter() refuses to go on
             epoch = progress.epoch + 1
         elif not progress.started:
             epoch = progress.epoch

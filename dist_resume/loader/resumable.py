@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
 from dist_resume.loader.dataset_states import DatasetStates, TaggingCollate
-from dist_resume.loader.defaults import data_parallel_shard, default_seed
-from dist_resume.loader.epochs import EpochChoice
+from dist_resume.loader.defaults import check_global_batch, data_parallel_shard, default_seed
+from dist_resume.loader.epochs import EpochChoice, following
 from dist_resume.loader.fetch import BatchRequest, SeededDataset, SingleSample
 from dist_resume.loader.progress import Progress, ResumingIterator, StreamLength
 from dist_resume.loader.rebuild_guard import RebuildGuard
@@ -146,6 +146,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, Regrouping,
             in_order=in_order,
         )
         self.rank, self.world_size = data_parallel_shard(rank, world_size, process_group)
+        check_global_batch(batch_size, self.world_size)
         # A seed the user did not give is adopted from a loaded state (G6).
         self._seed_given = seed is not None
         if seed is None:
@@ -222,7 +223,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, Regrouping,
     def __iter__(self) -> Iterator[_T_co]:
         progress = self._progress
         if not (self._resume_pending or progress.chosen):
-            self._switch_epoch(progress.epoch + 1 if progress.started else progress.epoch)
+            self._switch_epoch(following(progress.epoch) if progress.started else progress.epoch)
         self._resume_pending = False
         self._progress.chosen = False
         self._forward_epoch(self._progress.epoch)
@@ -295,4 +296,4 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, Regrouping,
             # A rank with a batch less (even_batches=False) ends its pass during the last global
             # step, which its peers train: it counts that step as they do.
             self._global_step += self._layout(self._progress).num_batches(0) - self._pass_batches
-        self._switch_epoch(self._progress.epoch + 1)
+        self._pass_ended()

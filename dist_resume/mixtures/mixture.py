@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import Dataset
 
 from dist_resume.arguments import INT64_LIMIT, checked_int
-from dist_resume.mixtures.definition import Definition
+from dist_resume.mixtures.definition import MAX_LENGTH, Definition
 from dist_resume.mixtures.packed_sources import agreed_seq_len
 from dist_resume.mixtures.progress import SourceProgress, frontier, source_progress
 from dist_resume.mixtures.schedule import Schedule, WeightsOrStages, parse_stages
@@ -97,7 +97,7 @@ class Mixture(Dataset):
         self._sources = [sources[name] for name in self.names]
         if length is None:
             length = sum(self.lengths)
-        self.length = checked_int("Mixture length (positions per epoch)", length, 1)
+        self.length = checked_int("Mixture length (positions per epoch)", length, 1, MAX_LENGTH + 1)
         self.reweight = reweight
         self._requested = Schedule(parse_stages(weights, self.names))
         self.schedule = self._requested

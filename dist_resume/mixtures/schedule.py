@@ -39,7 +39,7 @@ def parse_stages(weights: WeightsOrStages, names: Sequence[str]) -> list[Stage]:
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], Mapping)):
             raise ValueError(f"mixture stage must be (start position, {{source: weight}}), got {pair!r}")
         start, stage_weights = pair
-        start = checked_int("mixture stage start", start, 0)
+        start = checked_int("mixture stage start", start, 0, MAX_POSITION)
         if set(stage_weights) != set(names):
             missing, unknown = sorted(set(names) - set(stage_weights)), sorted(set(stage_weights) - set(names))
             raise ValueError(

@@ -13,6 +13,7 @@ Layout of `ResumableDataLoader.state_dict()` on rank `r` of a job of `N` ranks::
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
@@ -34,6 +35,9 @@ MAX_WORLD_SIZE = 2**20
 RANK_PREFIX = "rank_"
 FIRST_FIELDS = 17  # the fields of the first states of FORMAT_VERSION 1; later ones were appended
 UNKNOWN_STEP = -1  # RankState.global_step of a state saved before the step was recorded
+# Global steps a run counts: far beyond any, and a loaded count leaves room to count on in int64.
+STEP_LIMIT = 2**62
+_INT64 = range(-(2**63), 2**63)
 
 
 class ResumeStateError(ValueError):
@@ -104,7 +108,11 @@ class RankState:
         )
 
     def to_tensor(self) -> torch.Tensor:
-        return torch.tensor(astuple(self), dtype=torch.int64)
+        values = astuple(self)
+        for name, value in zip(FIELDS, values):
+            if value not in _INT64:  # every number is bounded where it comes in: this is a bug's last stop
+                raise ValueError(f"loader state field {name} = {value} does not fit the int64 it is saved as")
+        return torch.tensor(values, dtype=torch.int64)
 
     @classmethod
     def from_tensor(cls, values: Any, key: str) -> RankState:
@@ -138,6 +146,24 @@ def plan_digest(plan_values: list[int]) -> int:
 
 def rank_key(rank: int) -> str:
     return f"{RANK_PREFIX}{rank}"
+
+
+_RANK_NUMBER = re.compile(r"0|[1-9][0-9]{0,6}", re.ASCII)  # as rank_key writes ranks below MAX_WORLD_SIZE
+
+
+def rank_of(key: Any) -> int | None:
+    """The rank whose entry ``key`` names, read the one way every reader of a loader state
+    reads it: exactly as :func:`rank_key` writes it (ASCII digits, no sign, no leading zero,
+    below ``MAX_WORLD_SIZE``), so that no two keys stand for one rank. None for a key that
+    is not named as a rank entry (it does not start with ``rank_``); any other key that
+    does is one :class:`ResumeStateError`."""
+    if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
+        return None
+    number = key[len(RANK_PREFIX):]
+    if _RANK_NUMBER.fullmatch(number) and int(number) < MAX_WORLD_SIZE:
+        return int(number)
+    raise ResumeStateError(f"loader state has a malformed rank key {key[:80]!r}: a rank entry is named "
+                           f"'rank_<r>', r written in ASCII digits without leading zeros, below {MAX_WORLD_SIZE}")
 
 
 def encode(state: RankState, plan_values: list[int], sampler_state: Any = None) -> dict[str, Any]:

@@ -16,14 +16,15 @@ from dist_resume.state.fields import (
     MAX_WORLD_SIZE,
     PLAN_KEY,
     PROGRESS_KEY,
-    RANK_PREFIX,
     SAMPLER_KEY,
     Identity,
     RankState,
     ResumeStateError,
+    STEP_LIMIT,
     UNKNOWN_STEP,
     Sampling,
     plan_digest,
+    rank_of,
 )
 
 
@@ -171,15 +172,13 @@ def decode(state_dict: Mapping[str, Any]) -> SavedStates:
     samplers: dict[int, Any] = {}
     delivered: dict[int, Delivered] = {}
     for key, entry in state_dict.items():
-        if not (isinstance(key, str) and key.startswith(RANK_PREFIX)):
+        number = rank_of(key)
+        if number is None:
             continue
-        number = key[len(RANK_PREFIX) :]
-        if not number.isdigit():
-            raise ResumeStateError(f"loader state has a malformed rank key {key!r}")
         if not isinstance(entry, Mapping) or PROGRESS_KEY not in entry:
             raise ResumeStateError(f"loader state entry {key!r} has no {PROGRESS_KEY!r} tensor")
         state = RankState.from_tensor(entry[PROGRESS_KEY], key)
-        if state.rank != int(number):
+        if state.rank != number:
             raise ResumeStateError(f"loader state entry {key!r} says it belongs to rank {state.rank}")
         ranks[state.rank] = state
         if SAMPLER_KEY in entry:
@@ -234,8 +233,8 @@ def _check_counts(state: RankState) -> None:
         problems.append(f"{state.batches_consumed} batches but {state.samples_consumed} samples consumed")
     if not 0 <= state.seed:
         problems.append(f"seed {state.seed}")
-    if state.global_step < UNKNOWN_STEP:
-        problems.append(f"global step {state.global_step}")
+    if not UNKNOWN_STEP <= state.global_step <= STEP_LIMIT:
+        problems.append(f"global step {state.global_step} outside {UNKNOWN_STEP} to 2**62")
     for flag in ("shuffle", "drop_last", "even_batches", "epoch_finished"):
         if getattr(state, flag) not in (0, 1):
             problems.append(f"{flag} {getattr(state, flag)}")

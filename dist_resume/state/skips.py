@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dist_resume.state.fields import RANK_PREFIX, ResumeStateError
+from dist_resume.state.fields import ResumeStateError, rank_key, rank_of
 
 SKIPS_KEY = "skipped"
 MAX_SKIPPED_RANGES = 8
@@ -147,7 +147,7 @@ def saved_ledger(state_dict: Mapping[str, Any], ranks: list[int]) -> SkipLedger:
     entries that disagree are refused, as a save refuses ranks that skipped differently."""
     ledgers = {}  # of the entries that hold one: at 100,000 saved ranks, no object per other entry
     for rank in ranks:
-        key = f"{RANK_PREFIX}{rank}"
+        key = rank_key(rank)
         entry = state_dict.get(key)
         stored = entry.get(SKIPS_KEY) if isinstance(entry, Mapping) else None
         if stored is not None:
@@ -174,8 +174,7 @@ def loader_skips(state: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     for key, value in state.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            own = [int(entry[len(RANK_PREFIX):]) for entry in value
-                   if isinstance(entry, str) and entry.startswith(RANK_PREFIX) and entry[len(RANK_PREFIX):].isdigit()]
+            own = [rank for rank in map(rank_of, value) if rank is not None]
             if own:
                 found[name] = describe_ranges(saved_ledger(value, own))
             else:

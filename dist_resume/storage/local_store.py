@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -18,6 +19,16 @@ def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return DIRECTORY
     return FILE if stat.S_ISREG(mode) else OTHER
+
+
+_PRIVATE_NAME = re.compile(r"(.+)\.[0-9a-f]{32}\.tmp")
+
+
+def private_write_target(name: str) -> str | None:
+    """The name that ``name`` is a local writer's private file for (a write in progress, or
+    one a crash left behind), None if it is not one."""
+    match = _PRIVATE_NAME.fullmatch(name)
+    return match.group(1) if match else None
 
 
 def _written_privately(path: str, data: bytes) -> str:
@@ -48,13 +59,20 @@ class LocalStore(CheckpointStore):
             raise self.loc.error("read", path, exc) from None
 
     def entries(self, path: str) -> list[Entry]:
+        listed = []
         try:
             with os.scandir(path) as found:
-                return [Entry(entry.name, _kind(entry.stat(follow_symlinks=False).st_mode)) for entry in found]
+                for entry in found:
+                    try:
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except FileNotFoundError:
+                        continue  # removed while listed (another writer's private file, renamed)
+                    listed.append(Entry(entry.name, _kind(mode)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise self.loc.error("list", path, exc) from None
+        return listed
 
     def exists(self, path: str) -> bool:
         return self.kind(path) is not None

@@ -5,6 +5,7 @@ offers one, literal prefix listings, deletion key by key."""
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from dist_resume.errors import StorageError
 from dist_resume.storage.retries import S3_PROTOCOLS, retry
@@ -64,6 +65,23 @@ class ObjectStore(CheckpointStore):
             self.call("commit", path, fs.pipe_file, path, data)
         fs.invalidate_cache(posixpath.dirname(path))
         return self.call("read back", path, fs.cat_file, path) == data
+
+    def tags(self, prefix: str, delimiter: str) -> dict[str, str] | None:
+        if not self._s3:
+            return None
+        bucket, _, key = prefix.partition("/")
+        base = self.loc.root.partition("/")[2].strip("/")
+        root = f"{base}/" if base else ""  # a run at the bucket's top
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": delimiter}
+        found = {}
+        while True:
+            page = self.call("list checkpoints at", prefix, self.loc.fs.call_s3, "list_objects_v2", **request)
+            for item in page.get("Contents", []):
+                if item["Key"].startswith(root):
+                    found[item["Key"][len(root):]] = item.get("ETag", "").strip('"')
+            if not page.get("IsTruncated"):
+                return found
+            request["ContinuationToken"] = page["NextContinuationToken"]
 
     def overwrite(self, path: str, data: bytes) -> None:
         self.call("write", path, self.loc.fs.pipe_file, path, data)  # one PUT: whole or not at all

@@ -72,6 +72,13 @@ class CheckpointStore(ABC):
     def tree_size(self, path: str) -> int:
         """Bytes stored under ``path``."""
 
+    def tags(self, prefix: str, delimiter: str) -> dict[str, str] | None:
+        """The entity tag (an MD5 of its bytes, as S3 gives it for a single PUT) of every file
+        whose path starts with ``prefix``, the part after ``delimiter`` rolled up unlisted, by
+        path relative to the location, from listings (a request per 1,000 files); None where
+        storage offers no such tags (its files are then read)."""
+        return None
+
     def ensure_directory(self, path: str) -> None:
         """Make the directory ``path`` if the backend has directories (object stores do not)."""
 

@@ -4,8 +4,10 @@ or partial newer save must be ignored, step 2 loading unchanged. A damaged step 
 counts as a corrupted checkpoint accepted.
 
 A bit flip anywhere in a stored record (the loader state's fields included) is caught by
-the CRC-32 of its zip record, which dist_resume's loader verifies (torch.load does not).
-Not injected: a flip inside a zip header or ``.metadata`` itself (no checksum covers them).
+the CRC-32 of its zip record, which dist_resume's loader verifies (torch.load does not); one
+in the split metadata that a load reads, by the digests its commit recorded (or the file no
+longer unpickles). ``.metadata`` itself is not read by such a load (read_loader_states does:
+test_split_metadata_binding). Not injected: a flip inside a zip header.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dist_resume import (
     load_checkpoint,
     save_checkpoint,
 )
+from dist_resume.checkpoint.split_metadata import RANK_ENTRIES, SHARED
 from dist_resume.checkpoint.step_dirs import MARKER, step_dir_name
 from dist_resume.errors import CheckpointCorruptError
 from dist_resume.state.fields import FIELDS, ResumeStateError
@@ -38,7 +41,8 @@ from dist_resume.storage import redact_url
 from tests.faults.summary import Summary
 from tests.layout import committed_dir
 
-KINDS = ("disk_full_midway", "truncated_shard", "deleted_metadata", "partial_step_dir", "loader_state_bitflip")
+KINDS = ("disk_full_midway", "truncated_shard", "deleted_metadata", "partial_step_dir", "loader_state_bitflip",
+         "split_metadata_bitflip")
 SHARD = "__0_0.distcp"
 DATASET_LEN = 40
 BATCH = 4
@@ -113,7 +117,7 @@ def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
     save_checkpoint(saved, url, 2)
     step_dir = committed_dir(root, 2)
     shard = step_dir / SHARD
-    expected: tuple[type[Exception], str] | None = None  # None: step 2 loads unchanged
+    expected: tuple[type[Exception], str | tuple[str, ...]] | None = None  # None: step 2 loads unchanged
     if kind == "disk_full_midway":
         DiskFullFileSystem.budget = rng.randrange(shard.stat().st_size)
         fsspec.register_implementation("diskfull", DiskFullFileSystem, clobber=True)
@@ -142,6 +146,12 @@ def trial(root: Path, kind: str, rng: random.Random, summary: Summary) -> None:
         partial.mkdir(parents=True)
         for name in rng.sample([SHARD, ".metadata", ".metadata.tmp", f"{MARKER}.tmp"], k=2):
             (partial / name).write_bytes(rng.randbytes(rng.randrange(1, 200)))
+    elif kind == "split_metadata_bitflip":
+        path = step_dir / rng.choice([SHARED, RANK_ENTRIES])
+        data = bytearray(path.read_bytes())
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+        expected = (CheckpointError, (f"step 2 at {url} is damaged: ", f"refused to load {path}: "))
     else:
         field = rng.choice(FIELDS)
         where = _progress_data_offset(step_dir) + 8 * FIELDS.index(field) + rng.randrange(8)
