@@ -1,7 +1,9 @@
 """B10M: the trained tokens of a Mixture of two packed streams weighted web 0.7 : code 0.3,
-counted (not timed) over one loader epoch: each source's share of the token slots (what
-the weights count: a position is one sequence of seq_len + 1 slots) and of the real tokens
-(padding excluded), in modes "concat" and "fit", with small and large shards."""
+counted (not timed) over one loader epoch: code's share of the real tokens (padding
+excluded) and of the token slots (a position is one sequence of seq_len + 1 slots), with
+weights that count real tokens (weigh='tokens', the default) and samples, in modes
+"concat" and "fit", with small and large shards; and the largest gap, in sequences, of a
+global step's code tokens from 0.3 of the step's real tokens."""
 
 from __future__ import annotations
 
@@ -22,19 +24,21 @@ WEIGHTS = {"web": 0.7, "code": 0.3}
 CODE_VOCABULARY = (50_000, 65_000)  # code's token ids; web's are below
 
 
-def shares(mixture: Mixture) -> tuple[dict[str, tuple[float, float]], int]:
-    """Each source's (share of the token slots, share of the real tokens) over a loader
-    epoch, and the sequences it trained."""
-    slots = dict.fromkeys(mixture.names, 0)
-    real = dict.fromkeys(mixture.names, 0)
+def shares(mixture: Mixture) -> tuple[float, float, float, int]:
+    """Code's share of the real tokens and of the token slots over a loader epoch, the
+    largest gap of a global step's code tokens from its weight's share of the step's real
+    tokens (in sequences), and the sequences trained."""
+    slots = real = code_slots = code_real = 0
+    gap = 0.0
     for batch in ResumableDataLoader(mixture, batch_size=16, collate_fn=collate_packed, drop_last=True):
-        for first, count in zip(batch["tokens"][:, 0].tolist(), batch["num_tokens"].tolist()):
-            name = "code" if first >= CODE_VOCABULARY[0] else "web"
-            slots[name] += SEQ_LEN + 1
-            real[name] += count
-    sequences = sum(slots.values()) // (SEQ_LEN + 1)
-    return {name: (slots[name] / sum(slots.values()), real[name] / sum(real.values())) for name in mixture.names}, \
-        sequences
+        code = (batch["tokens"] >= CODE_VOCABULARY[0]).any(dim=1)  # not the first token: it may be EOS
+        counts = batch["num_tokens"]
+        step_code, step_real = int(counts[code].sum()), int(counts.sum())
+        gap = max(gap, abs(step_code - WEIGHTS["code"] * step_real) / (SEQ_LEN + 1))
+        slots += len(counts) * (SEQ_LEN + 1)
+        code_slots += int(code.sum()) * (SEQ_LEN + 1)
+        real, code_real = real + step_real, code_real + step_code
+    return code_real / real, code_slots / slots, gap, slots // (SEQ_LEN + 1)
 
 
 def run(quick: bool) -> list[FigureResult]:
@@ -48,18 +52,22 @@ def run(quick: bool) -> list[FigureResult]:
             code = write_shards(os.path.join(root, f"code-{per_shard}"), code_lengths, CODE_VOCABULARY)
             for mode in ("concat", "fit"):
                 sources = {"web": packed_documents(web, SEQ_LEN, mode), "code": packed_documents(code, SEQ_LEN, mode)}
-                case = f"{mode}, {shards} shards of {per_shard} documents a source"
-                measured, sequences = shares(Mixture(sources, WEIGHTS))
-                for name, (slot, real) in measured.items():
-                    result.add(case, f"{name}: token slots", Stats.exact(slot))
-                    result.add(case, f"{name}: real tokens", Stats.exact(real))
-                result.add(case, "sequences trained", Stats.exact(sequences))
+                for weigh in ("tokens", "samples"):
+                    case = f"{mode}, {shards} shards of {per_shard} documents a source, weigh={weigh!r}"
+                    real, slots, gap, sequences = shares(Mixture(sources, WEIGHTS, weigh=weigh))
+                    result.add(case, "code: real tokens", Stats.exact(real))
+                    result.add(case, "code: token slots", Stats.exact(slots))
+                    result.add(case, "largest step gap (sequences)", Stats.exact(gap))
+                    result.add(case, "sequences trained", Stats.exact(sequences))
     result.notes += [
         f"web: documents of log-normal lengths around 700 tokens (16 to 16,384); code: a third of that (at least "
         f"16). seq_len {SEQ_LEN}; one loader epoch of the Mixture (its length: both sources' sequences), global "
         "batch 16, the final partial batch dropped.",
-        "Token slots follow the weights exactly up to the composition's rounding (within one sequence per window "
-        "for two sources, Mixture.window_bound). Real tokens differ by each source's padding: in 'concat' only "
-        "the last sequence of each shard is padded, in 'fit' every sequence that a document did not fit into.",
+        "weigh='tokens': the real tokens follow the weights within half a sequence since the stage began and one "
+        "sequence per global step (two sources; Mixture.window_bound), exactly in 'concat' (each shard's real "
+        "tokens are counted), at the average fill in 'fit'. weigh='samples': the token slots follow the weights; "
+        "the real tokens differ by each source's padding (in 'concat' the last sequence of each shard, in 'fit' "
+        "every sequence a document did not fit into). The step gap: |code's real tokens - 0.3 x the step's real "
+        "tokens| / (seq_len + 1).",
     ]
     return [result]

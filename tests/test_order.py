@@ -61,3 +61,15 @@ def test_order_looks_random():
     assert abs(torch.corrcoef(torch.stack([order, positions]))[0, 1]) < 0.01
     gaps = (order[1:] - order[:-1]).abs().mean() / length
     assert abs(gaps - 1 / 3) < 0.01  # mean distance of two uniform draws
+
+
+@settings(max_examples=100, deadline=None)
+@given(length=st.one_of(st.integers(1, 3000), st.integers(2**40, 2**62)), seed=st.integers(0, 2**63 - 1),
+       epoch=st.integers(0, 10**6), shuffle=st.booleans(), data=st.data())
+def test_position_of_inverts_the_order(length, seed, epoch, shuffle, data):
+    """The place of an index in the epoch (what a Mixture weighing tokens needs of a token
+    file's padded last sequence) is the inverse of the order, for small and huge epochs."""
+    order = EpochOrder(length, seed, epoch, shuffle)
+    positions = data.draw(st.lists(st.integers(0, length - 1), min_size=1, max_size=30))
+    indices = order.indices(torch.tensor(positions))
+    assert [order.position_of(index) for index in indices] == positions

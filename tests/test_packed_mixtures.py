@@ -1,12 +1,13 @@
 """Mixtures of packed sources (issue 34): a packed stream of documents and token files,
-all of one seq_len, blended by weights that count token slots (one position, one sequence
-of seq_len + 1 tokens): the global batches are the same through resumes at other world
-sizes (G3), each source's sequences come in the schedule's counts, every document once per
-source-epoch; sources of different seq_len, or packed next to unpacked ones, are refused,
-and so is a state of another seq_len."""
+all of one seq_len, blended by weights that count real tokens (by default) or samples (one
+position, one sequence of seq_len + 1 token slots): the global batches are the same through
+resumes at other world sizes (G3), each source's sequences come in the composition's
+counts, every document once per source-epoch; sources of different seq_len, or packed next
+to unpacked ones, are refused, and so is a state of another seq_len, weighing or data."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 
 import numpy
 import pytest
@@ -14,7 +15,7 @@ import torch
 
 from dist_resume import Mixture, ResumableDataLoader, ResumeStateError
 from dist_resume.packing import TokenFile, TokenSequences
-from tests.packing_data import check_documents, collate_rows, packed_stream, run_job, write_documents
+from tests.packing_data import check_documents, collate_rows, packed_stream, run_job, total_tokens, write_documents
 from tests.token_file_data import documents, write_npy
 
 SEQ_LEN = 11
@@ -53,13 +54,16 @@ def test_resized_twice_the_mixture_gives_the_uninterrupted_batches_in_the_weight
     whole, _ = job(data, 1, None, None)
     first, state = job(data, 2, None, 2)
     second, state = job(data, 3, state, 3)
-    rest, _ = job(data, 1, state, None)
+    rest, final = job(data, 1, state, None)
     assert first + second + rest == whole
     rows = [row for step in whole for row in step]
     mix = mixture(data)
-    # each source's sequences: exactly the schedule's draws over the epoch's positions
-    draws = mix.schedule.draws_before(len(rows))
-    assert [sum(source_of(row) == name for row in rows) for name in mix.names] == draws
+    # each source's sequences and real tokens: exactly the composition's over the epoch's positions
+    progress = mix.progress(final)
+    assert [sum(source_of(row) == name for row in rows) for name in mix.names] == \
+        [progress[name].draws for name in mix.names] == mix.composition(0, False, 6).draws_before(len(rows))
+    assert [sum(row["num_tokens"] for row in rows if source_of(row) == name) for name in mix.names] == \
+        [progress[name].tokens for name in mix.names]
     # web (43 sequences) is drawn fewer times than it has: its draws are its first source-epoch's first sequences
     web_rows = [row for row in rows if source_of(row) == "web"]
     assert len({str(row["tokens"]) for row in web_rows}) == len(web_rows)
@@ -69,9 +73,41 @@ def test_resized_twice_the_mixture_gives_the_uninterrupted_batches_in_the_weight
     check_documents(code_rows[:mix.lengths[1]], ((),) * 10 + FILE_LENGTHS)
 
 
-def test_the_mixture_weighs_token_slots(data):
-    mix = mixture(data)
-    assert mix.seq_len == SEQ_LEN
+STAGED = [(0, WEIGHTS), (24, {"web": 1, "code": 1})]  # the second stage begins at step 4's end
+
+
+def staged_job(data, world_size, state, steps, num_workers=0):
+    urls, files = data
+    return run_job(lambda rank, size: ResumableDataLoader(
+        Mixture({"web": packed_stream(urls, seq_len=SEQ_LEN, canonical_streams=6),
+                 "code": TokenSequences(files, SEQ_LEN)}, STAGED),
+        batch_size=6 // size, rank=rank, world_size=size, collate_fn=collate_rows, num_workers=num_workers,
+        drop_last=True),
+        world_size, state, steps)
+
+
+def test_through_resumes_and_resizes_each_step_holds_the_real_token_shares_within_a_sequence(data):
+    """'code 0.3' is 30% of the real tokens trained: through a resume at 2 ranks x 2 workers,
+    then 3 ranks, then 1, at every global step's end each source's real tokens since its
+    stage began are within half a sequence of its share (two sources), and each step's own
+    tokens within one sequence (seq_len + 1 tokens) of it."""
+    whole, _ = staged_job(data, 1, None, None)
+    first, state = staged_job(data, 2, None, 3, num_workers=2)
+    second, state = staged_job(data, 3, state, 3)
+    rest, _ = staged_job(data, 1, state, None)
+    steps = first + second + rest
+    assert steps == whole and len(steps) == 8  # 50 positions: the partial last step dropped
+    code = [sum(row["num_tokens"] for row in step if source_of(row) == "code") for step in steps]
+    real = [sum(row["num_tokens"] for row in step) for step in steps]
+    for begin, end, share in ((0, 4, Fraction(3, 10)), (4, 8, Fraction(1, 2))):
+        for at in range(begin + 1, end + 1):
+            assert abs(sum(code[begin:at]) - share * sum(real[begin:at])) <= Fraction(SEQ_LEN + 1, 2)
+            assert abs(code[at - 1] - share * real[at - 1]) <= SEQ_LEN + 1
+
+
+def test_weighing_samples_the_mixture_weighs_token_slots(data):
+    mix = mixture(data, weigh="samples")
+    assert mix.seq_len == SEQ_LEN and mix.tokens is None
     assert mix.lengths == (sum(packed_stream(data[0]).lengths()), len(TokenSequences(data[1], SEQ_LEN)))
     # over any window of a stage, a source's sequences (seq_len + 1 token slots each) are
     # within window_bound of its share
@@ -100,13 +136,58 @@ def test_packed_sources_next_to_unpacked_ones_are_refused(data):
                                 "of documents, TokenSequences for token files)")
 
 
-def test_a_state_of_another_seq_len_is_refused(data):
+@pytest.mark.parametrize("weigh", ["tokens", "samples"])
+def test_a_state_of_another_seq_len_is_refused_naming_it(data, weigh):
+    saved = ResumableDataLoader(mixture(data, weigh=weigh), batch_size=6, collate_fn=collate_rows)
+    next(iter(saved))
+    loader = ResumableDataLoader(mixture(data, seq_len=SEQ_LEN + 4, weigh=weigh), batch_size=6,
+                                 collate_fn=collate_rows)
+    with pytest.raises(ResumeStateError) as error:
+        loader.load_state_dict(saved.state_dict())
+    assert str(error.value) == ("loader state was saved for a Mixture of sources packed to seq_len=11; this "
+                                "Mixture's sources are packed to seq_len=15")
+
+
+def test_a_state_of_the_other_weighing_is_refused_naming_it(data):
+    saved = ResumableDataLoader(mixture(data, weigh="samples"), batch_size=6, collate_fn=collate_rows)
+    next(iter(saved))
+    loader = ResumableDataLoader(mixture(data), batch_size=6, collate_fn=collate_rows)
+    with pytest.raises(ResumeStateError) as error:
+        loader.load_state_dict(saved.state_dict())
+    assert str(error.value) == ("loader state was saved for a Mixture whose weights count samples; this Mixture's "
+                                "weights count tokens (Mixture(weigh='samples') resumes it)")
+
+
+def test_a_state_of_sources_whose_tokens_lie_otherwise_is_refused(data, tmp_path):
+    """Same sequence counts, other real tokens: weights that count tokens would compose other
+    positions, so the state cannot continue."""
+    urls, files = data
+    shorter = [*FILE_LENGTHS[:-1], FILE_LENGTHS[-1][:-1] + (8,)]  # one token less: as many sequences
+    changed = []
+    for shard, lengths in enumerate(shorter, start=10):
+        path, starts = write_npy(tmp_path / f"code-{shard}.npy", documents(shard, lengths))
+        changed.append(TokenFile(str(path), document_starts=str(starts)))
     saved = ResumableDataLoader(mixture(data), batch_size=6, collate_fn=collate_rows)
     next(iter(saved))
-    loader = ResumableDataLoader(mixture(data, seq_len=SEQ_LEN + 4), batch_size=6, collate_fn=collate_rows)
-    with pytest.raises(ResumeStateError, match=r"^loader state was saved for a Mixture of 'web' \(43 samples\), 'code' "
-                                               r"\(10 samples\); this Mixture has 'web' \(\d+ samples\)"):
-        loader.load_state_dict(saved.state_dict())
+    other = Mixture({"web": packed_stream(urls, seq_len=SEQ_LEN, canonical_streams=6),
+                     "code": TokenSequences(changed, SEQ_LEN)}, WEIGHTS)
+    assert other.lengths == mixture(data).lengths
+    with pytest.raises(ResumeStateError) as error:
+        ResumableDataLoader(other, batch_size=6, collate_fn=collate_rows).load_state_dict(saved.state_dict())
+    assert str(error.value) == ("loader state was saved for a Mixture whose weights count tokens over sources of "
+                                f"'web' ({total_tokens()} real tokens), 'code' (120 real tokens); these sources hold "
+                                f"'web' ({total_tokens()} real tokens), 'code' (119 real tokens): its positions' "
+                                "sources follow the real tokens, so it cannot continue over other data")
+
+
+def test_weighing_tokens_needs_packed_sources_and_weigh_is_one_of_two():
+    with pytest.raises(ValueError) as error:
+        Mixture({"a": list(range(4)), "b": list(range(4))}, {"a": 1, "b": 1}, weigh="tokens")
+    assert str(error.value) == ("Mixture(weigh='tokens') needs packed sources (packed() streams, TokenSequences): "
+                                "only their sequences' real tokens are known")
+    with pytest.raises(ValueError, match=r"^Mixture weigh must be 'tokens' or 'samples' \(what the weights count\), "
+                                         r"got 'slots'$"):
+        Mixture({"a": list(range(4))}, {"a": 1}, weigh="slots")
 
 
 def test_a_state_of_token_files_of_another_seq_len_with_the_same_lengths_is_refused(tmp_path):
@@ -116,9 +197,12 @@ def test_a_state_of_token_files_of_another_seq_len_with_the_same_lengths_is_refu
     def loader(seq_len):
         sources = {"a": TokenSequences([str(tmp_path / "a.npy")], seq_len),
                    "b": TokenSequences([str(tmp_path / "b.npy")], seq_len)}
-        return ResumableDataLoader(Mixture(sources, {"a": 1, "b": 1}), batch_size=2, collate_fn=collate_rows)
+        return ResumableDataLoader(Mixture(sources, {"a": 1, "b": 1}, weigh="samples"), batch_size=2,
+                                   collate_fn=collate_rows)
 
     saved = loader(9)  # 10 sequences of 10 tokens per source, as with seq_len 10 (the last one of 1)
     next(iter(saved))
-    with pytest.raises(ResumeStateError, match="^loader state was saved for a dataset with definition digest"):
+    with pytest.raises(ResumeStateError) as error:
         loader(10).load_state_dict(saved.state_dict())
+    assert str(error.value) == ("loader state was saved for a Mixture of sources packed to seq_len=9; this Mixture's "
+                                "sources are packed to seq_len=10")

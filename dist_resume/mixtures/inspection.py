@@ -24,6 +24,10 @@ def describe(state_dict: Mapping[str, Any], saved: SavedStates) -> list[str]:
     lines = [f"  mixture of {len(definition.names)} sources, weights (quotas) {definition.describe_stages()}",
              f"  run position {position} (epoch {position // length}, position {position % length}): "
              "every consumed position is below it"]
+    if definition.tokens is not None:  # which source each position read depends on the data's tokens
+        lines.append(f"  weights count tokens, over sources of {definition.describe_tokens()} per source-epoch: "
+                     "each source's draws follow from the data (Mixture.progress(state))")
+        return lines
     for progress in source_progress(definition, Schedule(definition.stages), position).values():
         lines.append(f"  source {progress.name!r}: {progress.draws} draws, in source-epoch {progress.epoch} "
                      f"with {progress.within} of {progress.length} samples read")

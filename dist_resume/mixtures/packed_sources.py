@@ -1,5 +1,5 @@
 """The one sequence length of a Mixture of packed sources, with which its weights count
-tokens: every position is one sequence of `seq_len + 1` token slots."""
+tokens: every position is one sequence of at most `seq_len + 1` real tokens."""
 
 from __future__ import annotations
 

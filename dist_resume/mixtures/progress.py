@@ -21,11 +21,13 @@ from dist_resume.streams.unordered_records import saved_pass
 @dataclass(frozen=True)
 class SourceProgress:
     """Draws of one source before a run position: `draws` in total, which is source-epoch
-    `epoch` (`draws // length`) with `within` (`draws % length`) of its samples read."""
+    `epoch` (`draws // length`) with `within` (`draws % length`) of its samples read; when
+    the weights count tokens, `tokens`: the real tokens of those draws (None otherwise)."""
 
     name: str
     length: int
     draws: int
+    tokens: int | None = None
 
     @property
     def epoch(self) -> int:
@@ -39,8 +41,23 @@ class SourceProgress:
 def source_progress(definition: Definition, schedule: Schedule, position: int) -> dict[str, SourceProgress]:
     """Per source name, its draws among run positions `[0, position)`."""
     draws = schedule.draws_before(position)
-    return {name: SourceProgress(name, length, count)
-            for name, length, count in zip(definition.names, definition.lengths, draws)}
+    tokens = [source.before_one(count) for source, count in zip(schedule.draws, draws)] if schedule.counts_tokens \
+        else [None] * len(draws)
+    return {name: SourceProgress(name, length, count, real)
+            for name, length, count, real in zip(definition.names, definition.lengths, draws, tokens)}
+
+
+def order_of(saved: SavedStates, state_dict: Mapping[str, Any]) -> tuple[int, bool, int | None]:
+    """The loader's seed, shuffle and canonical stream count (None: no stream) that a loader
+    state was saved with: the order its Mixture's draws were read in."""
+    first = saved.any
+    canonical_streams = None
+    if Sampling(first.sampling) is Sampling.STREAM:
+        rank = next(iter(saved.ranks))
+        entry = _stream_entry(state_dict, rank)
+        in_order = read_meta(entry, _where(rank)).kind != UNORDERED_KIND
+        canonical_streams = read_position(entry, _where(rank)).canonical_streams if in_order else 1
+    return first.seed, bool(first.shuffle), canonical_streams
 
 
 def frontier(saved: SavedStates, state_dict: Mapping[str, Any]) -> int:

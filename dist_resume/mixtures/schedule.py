@@ -4,6 +4,7 @@ many draws each source has had at any position (sources continue across stages).
 from __future__ import annotations
 
 import bisect
+from fractions import Fraction
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
@@ -15,6 +16,7 @@ import torch
 from dist_resume.arguments import checked_int
 from dist_resume.mixtures.quotas import MAX_POSITION, quotas
 from dist_resume.mixtures.split_tree import SplitTree
+from dist_resume.mixtures.token_pacing import DrawTokens, TokenStage, token_bound
 
 Weights = Mapping[str, Real]
 WeightsOrStages = Union[Weights, Sequence[tuple[int, Weights]]]
@@ -57,21 +59,46 @@ def parse_stages(weights: WeightsOrStages, names: Sequence[str]) -> list[Stage]:
 
 class Schedule:
     """Stages over the run's positions (`epoch * epoch_length + p`). A source's draws
-    count over the whole run: a stage continues every source where the previous left it."""
+    count over the whole run: a stage continues every source where the previous left it.
 
-    def __init__(self, stages: Sequence[Stage]) -> None:
+    `draws`: None, each stage composes positions by its quotas (`split_tree`: weights count
+    samples); each source's `DrawTokens`, by the real tokens of the draws (`token_pacing`:
+    weights count tokens); `TOKENS_UNBOUND`, weights count tokens but the draws' tokens are
+    not known here (they depend on the loader's order): asking for positions is an error."""
+
+    def __init__(self, stages: Sequence[Stage], draws: Sequence[DrawTokens] | object | None = None) -> None:
         self.stages = tuple(stages)
         self.starts = [stage.start for stage in self.stages]
-        self._trees = [SplitTree(list(stage.quotas), stage.start) for stage in self.stages]
         self.sources = len(self.stages[0].quotas)
-        # Draws of each source before each stage: O(stages * sources) tree walks.
-        self._offsets = [[0] * self.sources]
-        for index in range(1, len(self.stages)):
-            span = self.starts[index] - self.starts[index - 1]
-            tree, previous = self._trees[index - 1], self._offsets[-1]
-            self._offsets.append([previous[s] + tree.count(s, span) for s in range(self.sources)])
+        self.draws = draws
+        self._parts: list[SplitTree | TokenStage] | None = None
+        self._offsets: list[list[int]] = []
         self._starts_array = numpy.array(self.starts, dtype=numpy.int64)
-        self._offsets_array = numpy.array(self._offsets, dtype=numpy.int64)
+        self._offsets_array = numpy.empty(0, dtype=numpy.int64)
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the weights count real tokens (else samples)."""
+        return self.draws is not None
+
+    def _composed(self) -> list[SplitTree | TokenStage]:
+        """Each stage's composition, and the draws of each source before each stage:
+        O(stages * sources) counts, made when first needed."""
+        if self._parts is None:
+            if self.draws is TOKENS_UNBOUND:
+                raise ValueError("this Mixture's weights count tokens, so which source a position reads depends on "
+                                 "the order its sources' sequences are read in: ask "
+                                 "mixture.composition(seed, shuffle, canonical_streams) for it")
+            parts, offsets = [], [[0] * self.sources]
+            for index, stage in enumerate(self.stages):
+                if index:
+                    span = self.starts[index] - self.starts[index - 1]
+                    offsets.append([offsets[-1][s] + parts[-1].count(s, span) for s in range(self.sources)])
+                parts.append(SplitTree(list(stage.quotas), stage.start) if self.draws is None
+                             else TokenStage(stage.quotas, offsets[-1], self.draws))  # type: ignore[arg-type]
+            self._parts, self._offsets = parts, offsets
+            self._offsets_array = numpy.array(offsets, dtype=numpy.int64)
+        return self._parts
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Schedule) and self.stages == other.stages
@@ -82,18 +109,23 @@ class Schedule:
     def stage_index(self, position: int) -> int:
         return bisect.bisect_right(self.starts, position) - 1
 
-    def window_bound(self, source: int) -> int:
+    def window_bound(self, source: int, width: int = 1) -> int | Fraction:
         """Over any window inside a stage, `|count of source - share * window| <` this
-        (see `split_tree`; a lone source's count is exact)."""
-        return max(1, *(tree.depth_of(source) for tree in self._trees))
+        (see `split_tree`; a lone source's count is exact). Weights that count tokens:
+        `|tokens of source - share * tokens| <=` this, in tokens (`width`: the most real
+        tokens a draw holds; `token_pacing`)."""
+        if self.counts_tokens:
+            return max(2 * token_bound(stage.quotas, source, width) for stage in self.stages)
+        return max(1, *(part.depth_of(source) for part in self._composed()))  # type: ignore[union-attr]
 
     def draws_before(self, position: int) -> list[int]:
         """Draws of each source among run positions `[0, position)`."""
         _check_position(position)
+        parts = self._composed()
         index = self.stage_index(position)
-        tree, offsets = self._trees[index], self._offsets[index]
+        part, offsets = parts[index], self._offsets[index]
         within = position - self.starts[index]
-        return [offsets[s] + tree.count(s, within) for s in range(self.sources)]
+        return [offsets[s] + part.count(s, within) for s in range(self.sources)]
 
     def assign(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For run positions (int64), the source of each and its draw number (how many
@@ -101,13 +133,14 @@ class Schedule:
         if positions.numel() == 0:
             return positions.clone(), positions.clone()
         _check_position(int(positions.max()))
+        parts = self._composed()
         values = positions.numpy()
         stage = numpy.searchsorted(self._starts_array, values, side="right") - 1
         sources = numpy.empty_like(values)
         draws = numpy.empty_like(values)
         for index in numpy.unique(stage).tolist():
             chosen = stage == index if len(self.stages) > 1 else slice(None)
-            source, within = self._trees[index].assign_array(values[chosen] - self.starts[index])
+            source, within = parts[index].assign_array(values[chosen] - self.starts[index])
             sources[chosen] = source
             draws[chosen] = self._offsets_array[index][source] + within
         return torch.from_numpy(sources), torch.from_numpy(draws)
@@ -124,7 +157,10 @@ class Schedule:
         else:
             kept = list(self.stages[:index]) + ([in_force] if in_force.start < position else [])
             kept.append(Stage(position, wanted.quotas))
-        return Schedule(kept + list(requested.stages[new_index + 1 :]))
+        return Schedule(kept + list(requested.stages[new_index + 1 :]), self.draws)
+
+
+TOKENS_UNBOUND = object()  # weights count tokens; the draws' tokens are not known to this schedule
 
 
 def _check_position(position: int) -> None:

@@ -28,6 +28,12 @@ class SourceOrders:
         self.shuffle = shuffle
         self._seeds = [derive_seed(seed, _SOURCE_TAG, name_key(name)) for name in names]
 
+    def position_of(self, source: int, epoch: int, index: int) -> int:
+        """Where source `source`'s sample `index` comes in its source-epoch `epoch`."""
+        if not self.shuffle:
+            return index
+        return EpochOrder(self.lengths[source], self._seeds[source], epoch, True).position_of(index)
+
     def indices(self, sources: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
         """The index within its source that each draw reads (int64, like `draws`)."""
         # numpy: these arrays are a chunk of positions, where torch's fixed cost per

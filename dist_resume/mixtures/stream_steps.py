@@ -216,8 +216,8 @@ class MixtureSteps:
     def step_order(self, epoch: int, canonical_streams: int) -> MixtureStepOrder:
         """Loader epoch `epoch`'s positions as pieces of readers."""
         mixture = self._mixture
-        return MixtureStepOrder(mixture.schedule, self._sources, mixture.lengths, epoch * mixture.length,
-                                mixture.length, canonical_streams)
+        return MixtureStepOrder(mixture.composition(self._seed, self._shuffle, canonical_streams), self._sources,
+                                mixture.lengths, epoch * mixture.length, mixture.length, canonical_streams)
 
     def step_layout(self, settings: StepSettings) -> MixtureLayout:
         return MixtureLayout(self.step_order(settings.epoch, settings.canonical_streams), settings.origin,
@@ -243,7 +243,8 @@ class MixtureSteps:
         an item seeded as `canonical_reader` seeds it with `canonical_streams` 1 (G4)."""
         mixture = self._mixture
         streamed = [isinstance(source, ShardedStream) for source in self._sources]
-        return MixturePositions(mixture.schedule, mixture.lengths, streamed, epoch * mixture.length,
+        return MixturePositions(mixture.composition(self._seed, self._shuffle, 1), mixture.lengths, streamed,
+                                epoch * mixture.length,
                                 lambda source, source_epoch: self.canonical_reader(
                                     epoch, SourceKey(source, source_epoch, 0), 1, seeding))
 

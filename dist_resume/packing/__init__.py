@@ -7,11 +7,12 @@ sequences; `collate_packed` batches both for a model. Imports `streams`, `positi
 `state`, `randomness` and `arguments`; never `mixtures` or the loader."""
 
 from dist_resume.packing.collate import PackedCollate, collate_packed
-from dist_resume.packing.packed import packed
+from dist_resume.packing.packed import PackedStream, packed
 from dist_resume.packing.reader import PackedDocuments
 from dist_resume.packing.sources import sequence_length
+from dist_resume.packing.stream_padding import padded_places
 from dist_resume.packing.token_files import TokenFile
 from dist_resume.packing.token_sequences import TokenSequences
 
-__all__ = ["PackedCollate", "PackedDocuments", "TokenFile", "TokenSequences", "collate_packed", "packed",
-           "sequence_length"]
+__all__ = ["PackedCollate", "PackedDocuments", "PackedStream", "TokenFile", "TokenSequences", "collate_packed",
+           "packed", "padded_places", "sequence_length"]

@@ -72,6 +72,28 @@ class EpochOrder:
             permuted[slot] = value
         return permuted
 
+    def position_of(self, index: int) -> int:
+        """The position at which dataset index `index` (in `[0, length)`) comes: the
+        inverse of `indices`, by the Feistel rounds backwards and the cycle walked back."""
+        if not self._keys:
+            return index
+        value = self._unpermute_domain(index)
+        while value >= self.length:
+            value = self._unpermute_domain(value)
+        return value
+
+    def _unpermute_domain(self, value: int) -> int:
+        high, low = value >> self._low_bits, value & ((1 << self._low_bits) - 1)
+        high_bits, low_bits = self._high_bits, self._low_bits  # an even number of rounds restores the widths
+        for key in reversed(self._keys):
+            high_bits, low_bits = low_bits, high_bits  # the widths before this round
+            mixed = ((high ^ key) * 0x5BD1E995) & _LOW31
+            mixed = mixed ^ (mixed >> 15)
+            mixed = (mixed * 0x2C1B3C6D) & _LOW31
+            mixed = mixed ^ (mixed >> 12)
+            high, low = low ^ (mixed & ((1 << high_bits) - 1)), high
+        return (high << low_bits) | low
+
     def _permute_domain(self, values: _Int) -> _Int:
         # FFX-style Feistel on halves of unequal width: each round replaces the wider
         # (or equal) half and the widths swap; an even number of rounds restores them.

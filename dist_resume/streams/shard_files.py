@@ -109,11 +109,23 @@ class ShardItems:
             if stop == count and next(items, _END) is not _END:
                 raise ShardCountError(f"shard {redact_url(url)} holds more than its count of {count} items: {_CHANGED}")
 
+    def place(self, shard: int, count: int, item: int) -> int:
+        """Where item `item` (in file order) of shard `shard` (of `count` items) comes in
+        the order `blocks` reads the shard in."""
+        if self.shuffle_seed is None:
+            return item
+        block, within = divmod(item, self.window)
+        return block * self.window + self._permutation(shard, block, min(self.window, count - block * self.window)
+                                                       ).index(within)
+
     def _shuffled(self, block: list[Any], shard: int, index: int) -> list[Any]:
         if self.shuffle_seed is None:
             return block
+        return [block[i] for i in self._permutation(shard, index, len(block))]
+
+    def _permutation(self, shard: int, index: int, size: int) -> list[int]:
         generator = torch.Generator().manual_seed(derive_seed(self.shuffle_seed, shard, index))
-        return [block[i] for i in torch.randperm(len(block), generator=generator).tolist()]
+        return torch.randperm(size, generator=generator).tolist()
 
 
 _END = object()

@@ -198,16 +198,24 @@ class ShardedStream(IterableDataset):
         """Items of each of `canonical_streams` canonical streams (the same every epoch)."""
         return stream_lengths(sum(self.lengths()), canonical_streams)
 
+    def item_place(self, epoch: int, shard: int, item: int) -> int:
+        """Where item `item` (in file order) of shard `shard` comes among the shard's items
+        as epoch `epoch` reads them (shuffled in blocks of `window`, or in file order)."""
+        return self._shard_items(epoch).place(shard, self.lengths()[shard], item)
+
+    def _shard_items(self, epoch: int, blocks: ItemSeeding | None = None) -> ShardItems:
+        seed = derive_seed(self.seed, epoch) if self.shuffle else None
+        return ShardItems(self.reader, self.storage_options, self.window, seed, blocks)
+
     def canonical_reader(self, epoch: int, stream: int, canonical_streams: int,
                          seeding: ItemSeeding | None = None) -> CanonicalReader:
         """Canonical stream `stream`'s items of epoch `epoch`, by index, each through
         `transform`; with `seeding`, under its seed `(seeding.seed, epoch, position)`."""
         lengths = self.lengths()
-        seed = derive_seed(self.seed, epoch) if self.shuffle else None
         # A reader that draws nothing is read unseeded: seeding would cost ~30 us a batch, for nothing.
         draws = getattr(self.reader, "draws_randomness", True)
         blocks = None if seeding is None or not draws else seeding.derived(_READER_SEEDS, epoch)
-        items = ShardItems(self.reader, self.storage_options, self.window, seed, blocks)
+        items = self._shard_items(epoch, blocks)
         spans = stream_spans(self.shard_order(epoch), lengths, canonical_streams, stream)
         transform = None if self.transform is None else ItemTransform(self.transform, seeding, epoch, stream,
                                                                       canonical_streams)
