@@ -36,6 +36,7 @@ FIGURES = {
     "B1M": "b1_mixture",  # mixture rows of B1 and B2
     "B2M": "b2_mixture",
     "B7": "b7_streams",
+    "B7R": "b7_resume_time",  # a stream's resume: seconds to the first batch, every format, local and S3
     "B7T": "b7_tar",  # B7's rows for WebDataset tar shards, against webdataset and plain tarfile
     "B8": "b8_stream_reading",  # ShardedStream: extra reading and state bytes
     "B8M": "b8_mixture_reading",  # a Mixture of ShardedStreams: extra reading

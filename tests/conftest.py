@@ -3,6 +3,9 @@ rule that a skip is a failure where every case must run (tests/no_skips.py), eac
 ending as a job does (releasing the writer leases its saves took), and the Ceph cases kept
 in one pytest-xdist worker."""
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +15,25 @@ from dist_resume.checkpoint.lease import release_all
 from tests.ceph_server import ceph_endpoint  # noqa: F401
 from tests.no_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 from tests.s3_server import s3_bucket, s3_endpoint, s3_store  # noqa: F401
+
+
+_COUNTS_CACHE = "DIST_RESUME_COUNTS_CACHE"
+_created_cache = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """ShardedStreams keep the item counts they learn in a folder of this run's (inherited by
+    the processes tests start, removed at the end), not in the user's cache."""
+    if _COUNTS_CACHE not in os.environ:
+        os.environ[_COUNTS_CACHE] = tempfile.mkdtemp(prefix="dist-resume-counts-")
+        config.stash[_created_cache] = os.environ[_COUNTS_CACHE]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    created = config.stash.get(_created_cache, None)
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -141,3 +141,24 @@ def test_the_torchft_figures_run_both_loaders_in_the_same_loop(tmp_path: Path) -
     assert {row["series"] for row in figures["B11-first-data"]["rows"]} == {"torchft DistributedSampler",
                                                                             "dist-resume ManagedLoader"}
     assert all(row["stats"]["median"] > 0 for figure in figures.values() for row in figure["rows"])
+
+
+@pytest.mark.slow
+def test_the_resume_time_figure_measures_every_format_and_store(tmp_path: Path) -> None:
+    """`--only B7R`: a first batch after a load at 10% and 90% of an epoch, for JSONL,
+    Parquet and tar shards on disk and on moto, with the counts kept, counted, given and by
+    a plain replay; a cold S3 JSONL epoch against the plain reader (no timing asserted:
+    each child checks its own item count, and every case must have run)."""
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B7R", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=1200)
+    figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
+               for figure_id in ("B7R", "B7R-epoch")}
+    cases = {(row["case"], row["series"]) for row in figures["B7R"]["rows"]}
+    series = ("counts kept (default)", "counts_cache=None: counted", "lengths= given",
+              "plain IterableDataset: replay to the position")
+    assert cases == {(f"{source}, {fmt}, at {at}", name) for source in ("local", "s3 (moto)")
+                     for fmt in ("jsonl", "parquet", "tar") for at in ("10%", "90%") for name in series}
+    assert len(figures["B7R"]["checks"]) == 12
+    epoch = {row["series"] for row in figures["B7R-epoch"]["rows"]}
+    assert epoch == {"ShardedStream, counts kept", "ShardedStream, counts_cache=None", "plain IterableDataset"}
+    assert len(figures["B7R-epoch"]["checks"]) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -43,8 +44,13 @@ class RecordingFileSystem(LocalFileSystem):
         file = super()._open(path, mode, **kwargs)
         with self.lock:
             self.events.append((path, file))
-            self.opened.setdefault(path, threading.Event()).set()
+        self._event(self.opened, path).set()
         return file
+
+    @classmethod
+    def _event(cls, events: dict[str, threading.Event], path: str) -> threading.Event:
+        with cls.lock:
+            return events.setdefault(path, threading.Event())
 
     @classmethod
     def opens(cls) -> list[str]:
@@ -61,9 +67,20 @@ class RecordingFileSystem(LocalFileSystem):
 
     @classmethod
     def wait_opened(cls, path: str) -> bool:
-        with cls.lock:
-            event = cls.opened.setdefault(path, threading.Event())
-        return event.wait(WAIT)
+        return cls._event(cls.opened, path).wait(WAIT)
+
+    @classmethod
+    def wait_closed(cls, path: str) -> bool:
+        """Whether `path`'s files were all closed within WAIT seconds (a file opened ahead
+        is closed when its open ends, in the opening thread; a file has no close hook:
+        fsspec's local files close from their context manager, bypassing close())."""
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            with cls.lock:
+                if all(file.closed for opened, file in cls.events if opened == path):
+                    return True
+            time.sleep(0.01)
+        return False
 
 
 register_implementation("recording", RecordingFileSystem, clobber=True)
@@ -124,6 +141,7 @@ def test_a_stream_stopped_early_closes_the_shard_opened_ahead(shards):
     assert next(items) == "0-0"
     assert RecordingFileSystem.wait_opened(path_of(shards[1]))
     items.close()
+    assert RecordingFileSystem.wait_closed(path_of(shards[1]))
     assert RecordingFileSystem.opens() == [path_of(url) for url in shards[:2]]
     assert RecordingFileSystem.all_closed()
 
@@ -223,4 +241,50 @@ def test_a_shard_longer_than_the_head_reads_on_from_its_file(tmp_path):
         assert file.seek(0) == 0 and list(file) == data.splitlines(keepends=True)
         assert file.seekable() and file.readable()
     assert RecordingFileSystem.opens() == [path_of(url), path_of(url)]  # the head's read, then the file
+    assert RecordingFileSystem.all_closed()
+
+
+class GatedFileSystem(RecordingFileSystem):
+    """`recording://` files, except that opening or reading a path in `gated` waits until
+    `gate` is set (an object store that has not answered yet)."""
+
+    protocol = "gated"
+    gated: set[str] = set()
+    gate = threading.Event()
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix("gated://"))
+
+    def _open(self, path, mode="rb", **kwargs):
+        if path in self.gated:
+            self.gate.wait(WAIT)
+        return super()._open(path, mode, **kwargs)
+
+
+register_implementation("gated", GatedFileSystem, clobber=True)
+
+
+def test_closing_never_waits_for_the_open_ahead(tmp_path):
+    """close() while the next shard's open has not answered returns at once (it may run
+    in a generator's finalizer on any thread, the object store's event loop among them:
+    waiting there for an open that needs that loop hung the process), and the file that
+    open returns later is closed."""
+    urls = [write(f"gated://{tmp_path}/s{n}.jsonl", jsonl_bytes([f"{n}-{i}" for i in range(3)])) for n in range(2)]
+    RecordingFileSystem.reset()
+    GatedFileSystem.gated = {f"{tmp_path}/s1.jsonl"}
+    GatedFileSystem.gate = threading.Event()
+    files = ShardFiles(urls, head_bytes=0)
+    with files.open(urls[0]) as file:
+        assert list(JsonlReader()(file)) == ["0-0", "0-1", "0-2"]
+    closer = threading.Thread(target=files.close)
+    closer.start()
+    closer.join(WAIT)
+    returned = not closer.is_alive()
+    GatedFileSystem.gate.set()  # the store answers
+    closer.join()
+    assert returned, "close() waited for the open ahead"
+    assert RecordingFileSystem.wait_opened(f"{tmp_path}/s1.jsonl")
+    assert RecordingFileSystem.wait_closed(f"{tmp_path}/s1.jsonl"), "the file opened ahead was left open"
+    assert RecordingFileSystem.opens() == [f"{tmp_path}/s0.jsonl", f"{tmp_path}/s1.jsonl"]
     assert RecordingFileSystem.all_closed()

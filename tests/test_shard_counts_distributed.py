@@ -1,6 +1,7 @@
 """Counting a ShardedStream's shard items in a real 2-rank gloo job: each rank counts only its
-share of the shards and both get every shard's count; ranks that disagree on the shard list
-fail together with one clear error; the shares cover every shard once (issue 21)."""
+share of the shards and both get every shard's count; a second start counts none (their
+counts kept); ranks that disagree on the shard list fail together with one clear error;
+the shares cover every shard once (issue 21, issue 35)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def _rank(rank: int, root: str, urls: list[str]) -> None:
                             timeout=timedelta(seconds=60))
     try:
         lengths = ShardedStream(urls, RecordingReader()).lengths()
+        first = list(RecordingReader.counted)
+        again = ShardedStream(urls, RecordingReader()).lengths()  # a second start: the counts kept
         # rank 1 leaves out a shard: both ranks must refuse, neither may hang
         shards = urls if rank == 0 else urls[:-1]
         try:
@@ -43,21 +46,24 @@ def _rank(rank: int, root: str, urls: list[str]) -> None:
         except ValueError as exc:
             refused = str(exc)
         Path(root, f"rank{rank}.json").write_text(json.dumps(
-            {"lengths": lengths, "counted": RecordingReader.counted, "refused": refused}))
+            {"lengths": lengths, "again": again, "counted": first, "recounted": RecordingReader.counted[len(first):],
+             "refused": refused}))
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_each_rank_counts_its_share_and_every_rank_gets_every_count(tmp_path):
+def test_each_rank_counts_its_share_and_every_rank_gets_every_count(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIST_RESUME_COUNTS_CACHE", str(tmp_path / "counts"))
     urls = write_shards(str(tmp_path))
     torch.multiprocessing.start_processes(_rank, args=(str(tmp_path), urls), nprocs=2, start_method="fork")
     results = [json.loads(Path(tmp_path, f"rank{rank}.json").read_text()) for rank in range(2)]
     names = [os.path.basename(url) for url in urls]
     for rank, result in enumerate(results):
-        assert result["lengths"] == list(SHARD_SIZES)
-        # counted on threads, in any order; the refused list counted nothing
+        assert result["lengths"] == result["again"] == list(SHARD_SIZES)
+        # counted on threads, in any order; the second start and the refused list counted nothing
         assert sorted(result["counted"]) == [names[index] for index in share(len(urls), 2, rank)]
+        assert result["recounted"] == []
         assert result["refused"] == (
             f"ShardedStream: ranks disagree on the shard list, its shuffling or the reader (rank {rank}: "
             f"{8 - rank} shards; rank {1 - rank}: {7 + rank} shards; or other shards of the same number, shuffle, "

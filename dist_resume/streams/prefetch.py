@@ -14,6 +14,7 @@ import fsspec
 
 from dist_resume.storage import Location, guarded, resolve, retry
 from dist_resume.streams.head_file import HeadFirstFile
+from dist_resume.streams.shard_identity import check_regular
 
 # A shard shorter than this comes whole in one request (held in memory until it is closed),
 # without the metadata request that opening a file makes: at the size of small shards that
@@ -70,13 +71,15 @@ class ShardFiles:
         return file
 
     def close(self) -> None:
-        """Close the file opened ahead, if any (waiting for its open to end)."""
+        """Close the file opened ahead, if any: now, or when its open ends. Never waits:
+        it runs in a generator's finalizer on whatever thread collects it, the object
+        store's event loop among them, which an open in flight may need to end."""
         self._closed = True
         ahead, self._ahead = self._ahead, None
-        if self._pid != os.getpid():  # none opened here: the parent's are not ours to wait for
+        if self._pid != os.getpid():  # none opened here: the parent's are not ours to close
             return
-        if ahead is not None and ahead[1] is not None and ahead[1].exception() is None:
-            ahead[1].result().close()
+        if ahead is not None and ahead[1] is not None:
+            ahead[1].add_done_callback(_close_opened)
         self._thread.shutdown(wait=False)
 
     def _own_thread(self) -> None:
@@ -103,6 +106,7 @@ class ShardFiles:
     def _open(self, url: str, head_bytes: int) -> BinaryIO:
         """The shard at `url` open, its first `head_bytes` read into memory (0: none)."""
         location = resolve(url, self._options)  # a bad URL raises its own clear error here
+        check_regular(location)
         head = _head(location, head_bytes) if head_bytes else None
         if head is not None and len(head) < head_bytes:  # the whole shard
             return HeadFirstFile(head, None, location.fs, location.root)
@@ -119,6 +123,11 @@ class ShardFiles:
             if file is not None:
                 file.close()
             raise location.error("read shard", location.root, exc) from None
+
+
+def _close_opened(opened: Future) -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()
 
 
 def _head(location: Location, size: int) -> bytes | None:

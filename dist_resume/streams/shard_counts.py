@@ -1,6 +1,8 @@
-"""Every shard's item count, counted once per job: in a job with a default process group,
-each rank counts its share of the shards and the ranks exchange their counts, so that at
-many ranks every shard is counted once, not once per rank.
+"""Every shard's item count, learned once per job: in a job with a default process group,
+each rank learns its share of the shards and the ranks exchange what they learned, so that
+at many ranks every shard is counted once, not once per rank. A shard whose count is kept
+in a counts cache (`counts_cache`) under its current identity is not read at all; what was
+counted is kept there for the next start.
 
 The exchange runs on the job's default group, under its timeout: a rank that does not take
 part in time fails every waiting rank with one error that says so. Ranks that disagree on
@@ -17,15 +19,18 @@ import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from dist_resume.process_group import collective_device, peer_failure
+from dist_resume.streams.counts_cache import CountsCache
+from dist_resume.streams.shard_identity import NO_IDENTITY
 
 COUNTING_THREADS = 16
 _SHOWN = 3  # disagreeing ranks named in an error
+Learned = tuple[int, int]  # a shard's (identity, count)
 
 
-def count_all(shards: Sequence[str], count: Callable[[str], int]) -> list[int]:
-    """`count(shard)` of every shard, on `COUNTING_THREADS` threads."""
-    with concurrent.futures.ThreadPoolExecutor(min(COUNTING_THREADS, max(len(shards), 1))) as pool:
-        return list(pool.map(count, shards))
+def learn_all(indices: Sequence[int], learn: Callable[[int], Learned]) -> list[Learned]:
+    """`learn(index)` of every shard index of `indices`, on `COUNTING_THREADS` threads."""
+    with concurrent.futures.ThreadPoolExecutor(min(COUNTING_THREADS, max(len(indices), 1))) as pool:
+        return list(pool.map(learn, indices))
 
 
 def share(shards: int, ranks: int, rank: int) -> range:
@@ -33,28 +38,52 @@ def share(shards: int, ranks: int, rank: int) -> range:
     return range(rank * shards // ranks, (rank + 1) * shards // ranks)
 
 
-def counted(shards: Sequence[str], count: Callable[[str], int], identity: Sequence[int]) -> list[int]:
-    """Every shard's count: alone without a default process group (or in a loader worker),
-    else each rank counts its `share` and the ranks all-gather the counts. `identity`: a few
-    integers that every rank's shard list and reader must agree on."""
+def shard_lengths(shards: Sequence[str], count: Callable[[str], int], identify: Callable[[str], int] | None,
+                  cache: CountsCache | None, agreement: Sequence[int]) -> list[int]:
+    """Every shard's item count: `count(url)` reads it, `identify(url)` its identity (from
+    its storage's metadata), unless `cache` keeps its count under that identity; what was
+    learned is kept in `cache` again when it differs. `agreement`: a few integers that every
+    rank's shard list and reader must agree on."""
+    kept = cache.read() if cache is not None else [None] * len(shards)
+
+    def learn(index: int) -> Learned:
+        url = shards[index]
+        identity = identify(url) if cache is not None and identify is not None else NO_IDENTITY
+        entry = kept[index]
+        if identity != NO_IDENTITY and entry is not None and entry[0] == identity:
+            return entry
+        return identity, count(url)
+
+    learned = counted(len(shards), learn, agreement)
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    keepable = [entry if entry[0] != NO_IDENTITY else None for entry in learned]
+    if cache is not None and keepable != kept and (rank == 0 or not cache.shared):  # a node's own disk: each rank
+        cache.write(learned)
+    return [count for _, count in learned]
+
+
+def counted(shards: int, learn: Callable[[int], Learned], agreement: Sequence[int]) -> list[Learned]:
+    """`learn(index)` of every shard index: alone without a default process group (or in
+    a loader worker), else each rank learns its `share` and the ranks all-gather them."""
     if not (dist.is_available() and dist.is_initialized()) or get_worker_info() is not None \
             or dist.get_world_size() == 1:
-        return count_all(shards, count)
+        return learn_all(range(shards), learn)
     ranks, rank = dist.get_world_size(), dist.get_rank()
     device = collective_device()
-    identities = _gathered(torch.tensor([len(shards), *identity], dtype=torch.int64, device=device), ranks)
+    identities = _gathered(torch.tensor([shards, *agreement], dtype=torch.int64, device=device), ranks)
     _check_agreement(identities, rank)
-    mine = share(len(shards), ranks, rank)
+    mine = share(shards, ranks, rank)
     failure: BaseException | None = None
-    values = [0] * len(mine)
+    values: list[Learned] = [(NO_IDENTITY, 0)] * len(mine)
     try:
-        values = count_all([shards[index] for index in mine], count)
+        values = learn_all(mine, learn)
     except Exception as exc:  # the others must not wait for counts that never come: tell them, raise here
         failure = exc
-    width = -(-len(shards) // ranks)  # the longest share: every rank sends as many values
-    local = torch.zeros(width + 1, dtype=torch.int64)
+    width = -(-shards // ranks)  # the longest share: every rank sends as many values
+    local = torch.zeros(1 + 2 * width, dtype=torch.int64)
     local[0] = failure is not None
-    local[1:len(values) + 1] = torch.tensor(values, dtype=torch.int64)
+    if values:
+        local[1:1 + 2 * len(values)] = torch.tensor(values, dtype=torch.int64).flatten()
     everyone = _gathered(local.to(device), ranks)
     if failure is not None:
         raise failure
@@ -62,8 +91,8 @@ def counted(shards: Sequence[str], count: Callable[[str], int], identity: Sequen
     if failed:
         raise RuntimeError(f"ShardedStream: counting the shards' items failed on rank(s) {failed[:_SHOWN]} (their "
                            "own errors say why)")
-    return [count for other, sent in enumerate(everyone)
-            for count in sent[1:len(share(len(shards), ranks, other)) + 1].tolist()]
+    return [(pairs[0], pairs[1]) for other, sent in enumerate(everyone)
+            for pairs in sent[1:1 + 2 * len(share(shards, ranks, other))].view(-1, 2).tolist()]
 
 
 def _gathered(tensor: torch.Tensor, ranks: int) -> list[torch.Tensor]:

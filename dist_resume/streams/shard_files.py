@@ -21,6 +21,7 @@ from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import redact_url, resolve, retry
 from dist_resume.streams.prefetch import ShardFiles
+from dist_resume.streams.shard_identity import check_regular, shard_identity
 
 
 UNSHUFFLED_BLOCK = 64  # items read at once from a shard read in file order
@@ -37,6 +38,8 @@ def opened(url: str, storage_options: dict[str, Any], files: ShardFiles | None =
     StorageError naming the shard and the cause."""
     # `files` resolve the URL to open it: resolved here again (~100 us) only to name a failure.
     location = resolve(url, storage_options) if files is None else None
+    if location is not None:
+        check_regular(location)
     try:
         with retry(location.fs.open, location.root, "rb") if location is not None else files.open(url) as file:
             yield file
@@ -48,6 +51,11 @@ def opened(url: str, storage_options: dict[str, Any], files: ShardFiles | None =
             raise location.error("read shard", location.root, exc) from None
         exc.add_note(f"while reading shard {redact_url(url)}")
         raise
+
+
+def identify(url: str, storage_options: dict[str, Any]) -> int:
+    """The identity of the shard at `url` (`shard_identity`), learned from its metadata."""
+    return shard_identity(resolve(url, storage_options))
 
 
 def count_items(url: str, reader: Callable[[Any], Iterable[Any]], storage_options: dict[str, Any]) -> int:

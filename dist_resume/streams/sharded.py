@@ -3,6 +3,7 @@ its global batches are the same at every world size and `num_workers` (G3)."""
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -16,9 +17,10 @@ from dist_resume.randomness.per_item import ItemSeeding
 from dist_resume.randomness.seeds import derive_seed
 from dist_resume.storage import guarded
 from dist_resume.streams.canonical import stream_lengths
+from dist_resume.streams.counts_cache import counts_cache as cache_of
 from dist_resume.streams.reader_identity import reader_digest
-from dist_resume.streams.shard_counts import counted
-from dist_resume.streams.shard_files import ShardItems, count_items
+from dist_resume.streams.shard_counts import shard_lengths
+from dist_resume.streams.shard_files import ShardItems, count_items, identify
 from dist_resume.streams.stream_reader import CanonicalReader, ItemTransform
 
 MAX_CANONICAL_STREAMS = 2**20
@@ -111,6 +113,7 @@ class ShardedStream(IterableDataset):
         canonical_streams: int | None = None,
         lengths: Sequence[int] | None = None,
         transform: Callable[[Any], Any] | None = None,
+        counts_cache: str | os.PathLike | bool | None = True,
     ) -> None:
         if isinstance(shards, str) or not all(isinstance(shard, str) for shard in shards):
             raise TypeError("shards must be a sequence of path or URL strings")
@@ -125,6 +128,10 @@ class ShardedStream(IterableDataset):
         self.window = checked_int("window", window, 1)
         self.seed = checked_int("seed", seed, 0, INT64_LIMIT)
         self.storage_options = guarded(storage_options)  # its repr shows no secret
+        if not isinstance(counts_cache, (str, os.PathLike, bool)) and counts_cache is not None:
+            raise TypeError(f"counts_cache must be a folder's path or URL, True (the default folder) or None, got "
+                            f"{type(counts_cache).__name__}")
+        self.counts_cache = counts_cache
         self.canonical_streams = None if canonical_streams is None else checked_int(
             "canonical_streams", canonical_streams, 1, MAX_CANONICAL_STREAMS + 1)
         self._lengths: list[int] | None = None
@@ -167,8 +174,11 @@ class ShardedStream(IterableDataset):
         """Every shard's item count (given, or counted once and kept; in a job with a
         default process group every rank must call it, each counting its share)."""
         if self._lengths is None:
-            self._lengths = counted(self.shards, lambda url: count_items(url, self.reader, self.storage_options),
-                                    (self.digest, self.reader_digest))
+            options = self.storage_options
+            self._lengths = shard_lengths(self.shards, lambda url: count_items(url, self.reader, options),
+                                          lambda url: identify(url, options),
+                                          cache_of(self.counts_cache, self.shards, self.reader, options),
+                                          (self.digest, self.reader_digest))
         return self._lengths
 
     def lengths_digest(self) -> int:
