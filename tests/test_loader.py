@@ -316,7 +316,17 @@ def test_epochs_advance_by_themselves_and_set_epoch_chooses():
     assert loader.epoch == 7 and flatten(loader) == EpochOrder(8, 0, 7, shuffle=True).indices(torch.arange(8))
 
 
-def test_set_epoch_of_the_epoch_in_progress_keeps_its_position():
+def test_set_epoch_of_the_epoch_in_progress_restarts_it_saying_so():
+    loader = ResumableDataLoader(Squares(12), batch_size=3)
+    next(iter(loader))
+    with pytest.warns(UserWarning, match=re.escape(
+            "set_epoch(0) restarts epoch 0 after 1 batches, as DistributedSampler.set_epoch does; "
+            "they are served again")):
+        loader.set_epoch(0)
+    assert flatten(loader) == list(range(12))
+
+
+def test_set_epoch_of_a_loaded_epoch_keeps_its_position():
     loader = ResumableDataLoader(Squares(12), batch_size=3)
     next(iter(loader))
     resumed = ResumableDataLoader(Squares(12), batch_size=3)

@@ -33,8 +33,9 @@ class EpochChoice:
         return self._next_progress().epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Serve `epoch` at the next `iter()` (like `DistributedSampler.set_epoch`). The
-        epoch in progress keeps its position, so a resumed loop may call it unconditionally.
+        """Serve `epoch` at the next `iter()` from its start, like `DistributedSampler.set_epoch`,
+        except the epoch of a state just loaded by `load_state_dict`, which keeps its loaded
+        position: a resumed loop may call it unconditionally.
         Any integer type is taken (a numpy or 0-d tensor integer); one outside [0, 2**63)
         or a float is refused here, not at the next `iter()`."""
         epoch = checked_int("epoch", epoch, 0, INT64_LIMIT)
@@ -43,10 +44,13 @@ class EpochChoice:
         if epoch == progress.epoch and (self._resume_pending or not progress.started):
             progress.chosen = True  # a loaded state's position, even the end of the epoch
             return
-        if progress.batches and not progress.finished and epoch != progress.epoch:
+        if progress.batches and not progress.finished:
+            done = f"epoch {progress.epoch} after {progress.batches} batches"
             warnings.warn(
-                f"ResumableDataLoader.set_epoch({epoch}) abandons epoch {progress.epoch} after "
-                f"{progress.batches} batches; its remaining samples are skipped",
+                f"ResumableDataLoader.set_epoch({epoch}) abandons {done}; its remaining samples are skipped"
+                if epoch != progress.epoch else
+                f"ResumableDataLoader.set_epoch({epoch}) restarts {done}, as DistributedSampler.set_epoch "
+                "does; they are served again",
                 stacklevel=2,
             )
         self._switch_epoch(epoch)
