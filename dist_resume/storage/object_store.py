@@ -75,7 +75,12 @@ class ObjectStore(CheckpointStore):
         request: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": delimiter}
         found = {}
         while True:
-            page = self.call("list checkpoints at", prefix, self.loc.fs.call_s3, "list_objects_v2", **request)
+            try:
+                page = retry(self.loc.fs.call_s3, "list_objects_v2", **request)
+            except FileNotFoundError:  # no bucket: nothing to list; whoever needs the bucket says so
+                return {}
+            except Exception as exc:
+                raise self.loc.error("list checkpoints at", prefix, exc) from None
             for item in page.get("Contents", []):
                 if item["Key"].startswith(root):
                     found[item["Key"][len(root):]] = item.get("ETag", "").strip('"')
