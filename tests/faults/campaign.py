@@ -17,7 +17,7 @@ class Size:
     kill_trials: int
 
 
-CI = Size(object_store_rounds=4, local_disk_trials=10, kill_trials=5)
+CI = Size(object_store_rounds=4, local_disk_trials=12, kill_trials=5)  # 2 trials of each of the 6 disk kinds
 # >= 50 kill trials and >= 1,000 injected object-store faults (about 3.5 per round at 10%).
 LONG = Size(object_store_rounds=300, local_disk_trials=200, kill_trials=50)
 

@@ -32,7 +32,9 @@ def test_local_disk_faults(tmp_path: Path) -> None:
     local_disk.run(tmp_path, summary, trials=campaign.CI.local_disk_trials)
     _assert_clean(summary)
     assert summary.faults == {f"disk.{kind}": 2 for kind in local_disk.KINDS}
-    assert summary.checkpoints_verified == 4 and summary.errors_as_expected == 8
+    # verified: step 2 after each partial step directory and after each full disk's refused save;
+    # refused: the 2 full-disk saves, then the loads of the 4 damaging kinds
+    assert summary.checkpoints_verified == 4 and summary.errors_as_expected == 10
 
 
 @pytest.mark.slow
