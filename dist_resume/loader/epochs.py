@@ -12,9 +12,14 @@ from dist_resume.state.fields import Sampling
 from dist_resume.streams.sharded import ShardedStream
 
 
+def is_last(epoch: int) -> bool:
+    """Whether ``epoch`` has no epoch after it: epochs are saved as int64."""
+    return epoch + 1 >= INT64_LIMIT
+
+
 def following(epoch: int) -> int:
     """The epoch after ``epoch``. Epochs are saved as int64: 2**63 - 1 has none."""
-    if epoch + 1 >= INT64_LIMIT:
+    if is_last(epoch):
         raise ValueError(f"epoch {epoch} is the last one a loader serves (epochs are saved as int64); "
                          "set_epoch() an earlier one")
     return epoch + 1
@@ -59,10 +64,10 @@ class EpochChoice:
     def _pass_ended(self) -> None:
         """The loader stands at the start of the next epoch; after the last epoch there is,
         at its end (the next `iter()` refuses to go on)."""
-        if self._progress.epoch + 1 < INT64_LIMIT:
-            self._switch_epoch(self._progress.epoch + 1)
-        else:
+        if is_last(self._progress.epoch):
             self._progress.finished = True
+        else:
+            self._switch_epoch(self._progress.epoch + 1)
 
     def _plan_for(self, epoch: int) -> Plan:
         values = self._plan_values
@@ -89,7 +94,7 @@ class EpochChoice:
         if self._resume_pending or progress.chosen:
             return progress
         if progress.finished:
-            if progress.epoch + 1 >= INT64_LIMIT:
+            if is_last(progress.epoch):
                 return progress  # the last epoch there is: the next iter() refuses to go on
             epoch = progress.epoch + 1
         elif not progress.started:
