@@ -141,3 +141,21 @@ def test_a_small_batch_exactly():
     fitted = collate_packed(pack([3, 5, 2], 4, True))
     assert fitted["tokens"].tolist() == [[0, 1, 2, -1, -1], [1000, 1001, 1002, 1003, 1004], [2000, 2001, -1, -1, -1]]
     assert fitted["num_tokens"].tolist() == [3, 5, 2]
+
+
+def test_a_batch_collated_in_a_worker_arrives_equal_in_one_shared_buffer():
+    # A batch leaves a worker through shared memory: built there as views of one buffer, it
+    # is sent as one segment, and arrives equal to the batch collated in process.
+    items = pack([3, 9, 2, 30, 1, 7], 4, False)
+    in_process = collate_packed(items)
+    (from_worker,) = list(torch.utils.data.DataLoader([items], batch_size=None, num_workers=1,
+                                                      collate_fn=collate_packed))
+    tensors = {key: value for key, value in from_worker.items() if isinstance(value, torch.Tensor)}
+    assert tensors.keys() == {"tokens", "inputs", "targets", "position_ids", "cu_seqlens", "num_tokens"}
+    assert {value.untyped_storage().data_ptr() for value in tensors.values()} == {
+        from_worker["tokens"].untyped_storage().data_ptr()}
+    assert all(value.is_shared() for value in tensors.values())
+    for key, value in in_process.items():
+        same = torch.equal(value, from_worker[key]) and value.dtype == from_worker[key].dtype \
+            if isinstance(value, torch.Tensor) else value == from_worker[key]
+        assert same, key

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy
 import torch
+from torch.utils.data import get_worker_info
 
 from dist_resume.arguments import checked_flag, checked_int
 from dist_resume.packing.sequences import NUM_TOKENS, POSITION_IDS, TOKENS
@@ -36,26 +37,42 @@ class PackedCollate:
         self.mask_document_starts = checked_flag("mask_document_starts", mask_document_starts)
 
     def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        tokens = _stacked([item[TOKENS] for item in items])
-        positions = _stacked([item[POSITION_IDS] for item in items])
-        num_tokens = torch.tensor([int(item[NUM_TOKENS]) for item in items], dtype=torch.int64)
-        targets = tokens[:, 1:].clone()
-        padding = torch.arange(1, tokens.shape[1]).unsqueeze(0) >= num_tokens.unsqueeze(1)
+        rows = len(items)
+        item_positions = numpy.stack([item[POSITION_IDS] for item in items])
+        width = item_positions.shape[1]
+        piece_starts = item_positions == 0
+        starts = numpy.flatnonzero(piece_starts[:, :-1])
+        block = rows * (width - 1)
+        # every tensor of the batch is a view of one buffer: a batch that leaves a worker is
+        # one segment of shared memory, not one per tensor
+        sizes = (rows * width, block, block, rows, -(-(len(starts) + 1) // 2))
+        buffer = _int64_buffer(sum(sizes))
+        token_rows, target_rows, position_rows, real, cu_words = numpy.split(buffer.numpy(), numpy.cumsum(sizes[:-1]))
+        token_rows, target_rows, position_rows = (token_rows.reshape(rows, width), target_rows.reshape(rows, -1),
+                                                  position_rows.reshape(rows, -1))
+        numpy.stack([item[TOKENS] for item in items], out=token_rows)
+        position_rows[...] = item_positions[:, :-1]
+        target_rows[...] = token_rows[:, 1:]
+        real[...] = [int(item[NUM_TOKENS]) for item in items]
+        for row in numpy.flatnonzero(real < width).tolist():  # a target that is padding
+            target_rows[row, max(int(real[row]) - 1, 0):] = self.ignore_index
         if self.mask_document_starts:
-            padding |= positions[:, 1:] == 0
-        targets[padding] = self.ignore_index
-        inputs_positions = positions[:, :-1].contiguous()
-        starts = numpy.flatnonzero(inputs_positions.numpy().reshape(-1) == 0)
-        cu_seqlens = torch.from_numpy(numpy.append(starts, inputs_positions.numel()).astype(numpy.int32))
-        max_seqlen = int(numpy.diff(cu_seqlens.numpy()).max())
-        return {"tokens": tokens, "inputs": tokens[:, :-1], "targets": targets, "position_ids": inputs_positions,
-                "cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen, "num_tokens": num_tokens}
+            target_rows[piece_starts[:, 1:]] = self.ignore_index
+        bounds = cu_words.view(numpy.int32)[:len(starts) + 1]
+        bounds[:-1] = starts
+        bounds[-1] = block
+        tokens, targets, positions, num_tokens, cu_words = buffer.split(sizes)
+        tokens = tokens.view(rows, width)
+        return {"tokens": tokens, "inputs": tokens[:, :-1], "targets": targets.view(rows, -1),
+                "position_ids": positions.view(rows, -1), "cu_seqlens": cu_words.view(torch.int32)[:len(starts) + 1],
+                "max_seqlen": int(numpy.diff(bounds).max()), "num_tokens": num_tokens}
 
 
-def _stacked(rows: list[Any]) -> torch.Tensor:
-    if isinstance(rows[0], torch.Tensor):
-        return torch.stack(rows).to(torch.int64)
-    return torch.from_numpy(numpy.stack(rows).astype(numpy.int64, copy=False))
+def _int64_buffer(numel: int) -> torch.Tensor:
+    buffer = torch.empty(numel, dtype=torch.int64)
+    # A batch leaves its worker through shared memory: moved there while still empty, it is
+    # not copied into a segment at send, once per tensor.
+    return buffer if get_worker_info() is None else buffer.share_memory_()
 
 
 collate_packed = PackedCollate()
