@@ -7,6 +7,7 @@ to unpacked ones, are refused, and so is a state of another seq_len, weighing or
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 import numpy
@@ -206,3 +207,30 @@ def test_a_state_of_token_files_of_another_seq_len_with_the_same_lengths_is_refu
         loader(10).load_state_dict(saved.state_dict())
     assert str(error.value) == ("loader state was saved for a Mixture of sources packed to seq_len=9; this Mixture's "
                                 "sources are packed to seq_len=10")
+
+
+def unordered_job(data, world_size, state, steps, num_workers):
+    return run_job(lambda rank, size: ResumableDataLoader(mixture(data), batch_size=6 // size, rank=rank,
+                                                          world_size=size, collate_fn=collate_rows, even_batches=False,
+                                                          num_workers=num_workers, in_order=False),
+                   world_size, state, steps)
+
+
+def test_read_in_any_order_through_resizes_every_position_is_trained_once_in_the_token_counts(data):
+    """Weights in tokens with in_order=False: stopped at 2 ranks x 2 workers and resumed at 3
+    ranks x 1 worker and 1 rank x 2 workers, the epoch trains the sequences of the epoch read
+    in any order without a stop (each position once, whichever worker read it), and each
+    source's real tokens are the ones its progress counted."""
+    whole, _ = unordered_job(data, 1, None, None, num_workers=0)
+    first, state = unordered_job(data, 2, None, 2, num_workers=2)
+    second, state = unordered_job(data, 3, state, 2, num_workers=1)
+    rest, final = unordered_job(data, 1, state, None, num_workers=2)
+
+    def rows(steps):
+        return Counter((tuple(row["tokens"]), row["num_tokens"]) for step in steps for row in step)
+
+    assert rows(first + second + rest) == rows(whole)
+    progress = mixture(data).progress(final)
+    trained = [row for step in first + second + rest for row in step]
+    assert [sum(row["num_tokens"] for row in trained if source_of(row) == name) for name in progress] == \
+        [progress[name].tokens for name in progress]
