@@ -8,7 +8,7 @@ import posixpath
 from typing import Any
 
 from dist_resume.errors import StorageError
-from dist_resume.storage.retries import S3_PROTOCOLS, retry
+from dist_resume.storage.retries import S3_PROTOCOLS
 from dist_resume.storage.store import DIRECTORY, FILE, OTHER, CheckpointStore, Entry
 
 
@@ -25,21 +25,12 @@ class ObjectStore(CheckpointStore):
 
     def kind(self, path: str, follow_links: bool = False) -> str | None:
         self.loc.fs.invalidate_cache()  # other processes write here: never trust a cached listing
-        try:
-            return _kind(retry(self.loc.fs.info, path))
-        except FileNotFoundError:
-            return None
-        except Exception as exc:
-            raise self.loc.error("read", path, exc) from None
+        info = self.call_unless_missing("read", path, None, self.loc.fs.info, path)
+        return None if info is None else _kind(info)
 
     def entries(self, path: str) -> list[Entry]:
         self.loc.fs.invalidate_cache()
-        try:
-            listing = retry(self.loc.fs.ls, path, detail=True)
-        except FileNotFoundError:
-            return []
-        except Exception as exc:
-            raise self.loc.error("list checkpoints at", path, exc) from None
+        listing = self.call_unless_missing("list checkpoints at", path, [], self.loc.fs.ls, path, detail=True)
         prefix = path.rstrip("/") + "/"
         return [Entry(info["name"].rstrip("/")[len(prefix):], _kind(info)) for info in listing
                 if info["name"].rstrip("/").startswith(prefix)]
@@ -75,12 +66,11 @@ class ObjectStore(CheckpointStore):
         request: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": delimiter}
         found = {}
         while True:
-            try:
-                page = retry(self.loc.fs.call_s3, "list_objects_v2", **request)
-            except FileNotFoundError:  # no bucket: nothing to list; whoever needs the bucket says so
+            # no bucket: nothing to list; whoever needs the bucket says so
+            page = self.call_unless_missing("list checkpoints at", prefix, None, self.loc.fs.call_s3,
+                                            "list_objects_v2", **request)
+            if page is None:
                 return {}
-            except Exception as exc:
-                raise self.loc.error("list checkpoints at", prefix, exc) from None
             for item in page.get("Contents", []):
                 if item["Key"].startswith(root):
                     found[item["Key"][len(root):]] = item.get("ETag", "").strip('"')
@@ -118,13 +108,9 @@ class ObjectStore(CheckpointStore):
             return
         bucket = self.loc.root.split("/", 1)[0]
         fs.invalidate_cache()
-        try:
-            retry(fs.info, bucket)  # fs.exists would also say False for "access denied"
+        # fs.exists would also say False for "access denied"
+        if self.call_unless_missing(action, self.loc.root, None, fs.info, bucket) is not None:
             return
-        except FileNotFoundError:
-            pass
-        except Exception as exc:
-            raise self.loc.error(action, self.loc.root, exc) from None
         raise StorageError(
             f"cannot {action} {self.loc.url}: bucket '{bucket}' does not exist "
             "(dist-resume never creates buckets: create it, or fix the URL)"

@@ -37,6 +37,17 @@ class CheckpointStore(ABC):
         except Exception as exc:
             raise self.loc.error(action, path, exc) from None
 
+    def call_unless_missing(self, action: str, path: str, missing: Any, fn: Callable[..., T], *args: Any,
+                            **kwargs: Any) -> T | Any:
+        """``fn(*args, **kwargs)``, retried; ``missing`` if what it reads is not there (a
+        FileNotFoundError); other failures become one StorageError."""
+        try:
+            return retry(fn, *args, **kwargs)
+        except FileNotFoundError:
+            return missing
+        except Exception as exc:
+            raise self.loc.error(action, path, exc) from None
+
     @abstractmethod
     def kind(self, path: str, follow_links: bool = False) -> str | None:
         """What ``path`` is (FILE, DIRECTORY, LINK, OTHER), None if nothing is there."""
