@@ -46,10 +46,11 @@ class PackedCollate:
         # every tensor of the batch is a view of one buffer: a batch that leaves a worker is
         # one segment of shared memory, not one per tensor
         sizes = (rows * width, block, block, rows, -(-(len(starts) + 1) // 2))
-        buffer = _int64_buffer(sum(sizes))
-        token_rows, target_rows, position_rows, real, cu_words = numpy.split(buffer.numpy(), numpy.cumsum(sizes[:-1]))
-        token_rows, target_rows, position_rows = (token_rows.reshape(rows, width), target_rows.reshape(rows, -1),
-                                                  position_rows.reshape(rows, -1))
+        tokens, targets, positions, num_tokens, cu_words = _int64_buffer(sum(sizes)).split(sizes)
+        tokens, targets, positions = tokens.view(rows, width), targets.view(rows, -1), positions.view(rows, -1)
+        cu_seqlens = cu_words.view(torch.int32)[:len(starts) + 1]
+        token_rows, target_rows, position_rows, real, bounds = (
+            tensor.numpy() for tensor in (tokens, targets, positions, num_tokens, cu_seqlens))
         numpy.stack([item[TOKENS] for item in items], out=token_rows)
         position_rows[...] = item_positions[:, :-1]
         target_rows[...] = token_rows[:, 1:]
@@ -58,14 +59,10 @@ class PackedCollate:
             target_rows[row, max(int(real[row]) - 1, 0):] = self.ignore_index
         if self.mask_document_starts:
             target_rows[piece_starts[:, 1:]] = self.ignore_index
-        bounds = cu_words.view(numpy.int32)[:len(starts) + 1]
         bounds[:-1] = starts
         bounds[-1] = block
-        tokens, targets, positions, num_tokens, cu_words = buffer.split(sizes)
-        tokens = tokens.view(rows, width)
-        return {"tokens": tokens, "inputs": tokens[:, :-1], "targets": targets.view(rows, -1),
-                "position_ids": positions.view(rows, -1), "cu_seqlens": cu_words.view(torch.int32)[:len(starts) + 1],
-                "max_seqlen": int(numpy.diff(bounds).max()), "num_tokens": num_tokens}
+        return {"tokens": tokens, "inputs": tokens[:, :-1], "targets": targets, "position_ids": positions,
+                "cu_seqlens": cu_seqlens, "max_seqlen": int(numpy.diff(bounds).max()), "num_tokens": num_tokens}
 
 
 def _int64_buffer(numel: int) -> torch.Tensor:
