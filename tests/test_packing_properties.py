@@ -7,6 +7,7 @@ same documents is packed; the collated batch's targets, cu_seqlens and max_seqle
 from __future__ import annotations
 
 import numpy
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -159,3 +160,28 @@ def test_a_batch_collated_in_a_worker_arrives_equal_in_one_shared_buffer():
         same = torch.equal(value, from_worker[key]) and value.dtype == from_worker[key].dtype \
             if isinstance(value, torch.Tensor) else value == from_worker[key]
         assert same, key
+
+
+@given(st.lists(lengths_lists, min_size=1, max_size=4), seq_lens, modes, st.booleans(), st.data())
+def test_parts_made_apart_join_into_the_batch_of_all_their_items(batches, seq_len, fit, mask_starts, data):
+    # Workers that read some rows of a batch each make their part; the join is the batch.
+    items = [item for lengths in batches for item in pack(lengths, seq_len, fit)]
+    if not items:
+        return
+    collate = PackedCollate(mask_document_starts=mask_starts)
+    owners = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
+    parts = [[row for row, owner in enumerate(owners) if owner == part] for part in range(3)]
+    joined = collate.join_parts([(rows, collate.collate_part([items[row] for row in rows])) for rows in parts if rows])
+    whole = collate(items)
+    assert joined.keys() == whole.keys()
+    for key, value in whole.items():
+        assert (torch.equal(value, joined[key]) and value.dtype == joined[key].dtype
+                if isinstance(value, torch.Tensor) else value == joined[key]), key
+
+
+def test_parts_that_do_not_cover_a_batch_once_are_refused():
+    items = pack([3, 9, 2], 4, False)
+    parts = [([0, 1], collate_packed.collate_part(items[:2])), ([1], collate_packed.collate_part(items[1:2]))]
+    with pytest.raises(ValueError, match=r"PackedCollate: the parts' rows \[\[0, 1\], \[1\]\] are not each row "
+                                         r"of a batch of 3 once"):
+        collate_packed.join_parts(parts)
