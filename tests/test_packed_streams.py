@@ -67,6 +67,38 @@ def test_a_resume_after_any_batch_continues_exactly(urls, mode, num_workers):
         assert before + list(resumed) == whole
 
 
+def collated_epoch(loader: ResumableDataLoader) -> list[dict]:
+    return [dict(batch) for batch in loader]
+
+
+def assert_same_batches(got: list[dict], expected: list[dict]) -> None:
+    assert len(got) == len(expected)
+    for step, (batch, wanted) in enumerate(zip(got, expected)):
+        assert batch.keys() == wanted.keys()
+        for key, value in wanted.items():
+            same = torch.equal(value, batch[key]) and value.dtype == batch[key].dtype \
+                if isinstance(value, torch.Tensor) else value == batch[key]
+            assert same, (step, key)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_collate_packed_batches_are_the_same_whoever_reads_and_collates_their_rows(urls, mode):
+    # With workers, each collates the rows it read and the main process joins them: the
+    # batches are the ones a single process collates, across a resume that changes workers.
+    def loader(num_workers: int) -> ResumableDataLoader:
+        return ResumableDataLoader(packed_stream(urls, mode, canonical_streams=4), batch_size=3,
+                                   num_workers=num_workers, collate_fn=collate_packed)
+
+    whole = collated_epoch(loader(0))
+    for num_workers in (2, 3):
+        assert_same_batches(collated_epoch(loader(num_workers)), whole)
+    first = loader(2)
+    before = collated_epoch(itertools.islice(first, 3))
+    resumed = loader(3)
+    resumed.load_state_dict(first.state_dict())
+    assert_same_batches(before + collated_epoch(resumed), whole)
+
+
 def test_the_sequences_are_the_documents_packed_shard_by_shard(urls):
     # seq_len 11: 12 tokens a sequence. Shard 0's documents (5, 0, 17, 3, 40, 1, 9) hold 75
     # tokens: 7 sequences concatenated and cut. "fit" cuts the 17 and the 40 (longer than a

@@ -31,11 +31,14 @@ from dist_resume.workers.roles import Tagged
 
 
 class Part(NamedTuple):
-    """A worker's part of a batch: its items and the offsets where they go (`pieces`), or,
-    when it read the whole batch, the batch collated (`collated`)."""
+    """A worker's part of a batch: its items and the offsets where they go (`pieces`); or
+    the batch collated, when it read it all (`collated`); or, when the collate joins parts
+    (`BatchCollate`), its `collate_part` of its items (`collated`) and the rows of the
+    batch they are (`rows`)."""
 
     pieces: tuple[tuple[int, list[Any]], ...]
     collated: Any = None
+    rows: tuple[int, ...] | None = None
 
 
 class StepSettings(NamedTuple):
@@ -118,6 +121,7 @@ class StepReader:
         settings = self._settings
         layout = step_layout(self._stream, settings)
         owner, role, roles, rank, seeding = layout.owner, self._role, self._roles, settings.rank, self._seeding
+        collate_part = getattr(self._collate, "collate_part", None)  # a collate that joins parts: workers make theirs
         for step in range(layout.num_batches(rank)):
             batch = layout.batch(rank, step)
             # A sole role (num_workers <= 1) reads every piece: no owner to ask.
@@ -127,9 +131,11 @@ class StepReader:
             if seeding is not None:  # in process, the training loop's generators are its own
                 seeding.restore()
             items = sum([piece.count for piece in mine])
-            if mine and len(mine) == len(batch):
+            if mine and (len(mine) == len(batch) or collate_part is not None):
                 values = pieces[0][1] if len(pieces) == 1 else [item for _, values in pieces for item in values]
-                part = Part((), self._collate(values))
+                rows = None if len(mine) == len(batch) else tuple(
+                    row for piece in mine for row in range(piece.offset, piece.offset + piece.count))
+                part = Part((), self._collate(values) if rows is None else collate_part(values), rows)
             else:
                 part = Part(pieces)
             yield Tagged(part, self._role, items, layout.end(step))
@@ -157,20 +163,28 @@ def joined(parts: Sequence[Tagged], collate: Callable[[list[Any]], Any]) -> tupl
     if len(steps) != 1:  # torch hands out the workers' parts in turn: never expected
         raise RuntimeError(f"ShardedStream: the workers' parts of one batch end at positions {sorted(steps)}")
     size = sum(tagged.items for tagged in parts)
-    for tagged in parts:
-        if tagged.batch.collated is not None:
-            return tagged.batch.collated, size, steps.pop()
+    collated = [tagged.batch for tagged in parts if tagged.batch.collated is not None]
+    if len(collated) == 1 and collated[0].rows is None:
+        return collated[0].collated, size, steps.pop()
+    if collated:
+        return collate.join_parts([(part.rows, part.collated) for part in collated]), size, steps.pop()
     pieces = sorted((piece for tagged in parts for piece in tagged.batch.pieces), key=lambda piece: piece[0])
     return collate([item for _, values in pieces for item in values]), size, steps.pop()
 
 
 class BatchCollate:
     """A list of items as the loader's `collate_fn` makes a batch of them (one item
-    itself without automatic batching, `batch_size=None`)."""
+    itself without automatic batching, `batch_size=None`); with `collate_part` and
+    `join_parts` when the batches are of several items and `collate_fn` has both
+    (`PackedCollate`'s), so that each worker makes its own part of a batch and the main
+    process joins the parts into the batch `collate_fn` makes of all their items."""
 
     def __init__(self, collate_fn: Callable[[Any], Any], batched: bool) -> None:
         self._collate_fn = collate_fn
         self._batched = batched
+        part, join = (getattr(collate_fn, name, None) for name in ("collate_part", "join_parts"))
+        if batched and callable(part) and callable(join):
+            self.collate_part, self.join_parts = part, join
 
     def __call__(self, items: list[Any]) -> Any:
         return self._collate_fn(items) if self._batched else self._collate_fn(items[0])
