@@ -116,6 +116,11 @@ class StreamCursor:
             PipeSettings(derive_seed(seed, epoch), rank, world_size),
             report_end=self._records.carry,
         )
+        prefetch = owner.prefetch_factor
+        if prefetch is not None and isinstance(self._records, StepRecords):
+            # A worker sends a part of every batch, not whole batches: `roles` parts ahead
+            # each is torch's `prefetch_factor * num_workers` batches ahead, in as many bytes.
+            prefetch *= self.roles
         return DataLoader(
             worker_stream,
             batch_size=None,
@@ -126,7 +131,7 @@ class StreamCursor:
             worker_init_fn=RoleInit((self._last_role + 1) % self.roles, owner.worker_init_fn) if owner.num_workers else None,
             multiprocessing_context=owner.multiprocessing_context,
             generator=owner.generator,
-            prefetch_factor=owner.prefetch_factor,
+            prefetch_factor=prefetch,
             pin_memory_device=owner.pin_memory_device,
             in_order=owner.in_order,
         )
