@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy
+import torch
 
 from dist_resume import JsonlReader, ResumableDataLoader, ShardedStream
 from dist_resume.packing import packed
@@ -105,3 +106,14 @@ def check_documents(sequences: Iterable[dict[str, Any]], lengths: Sequence[Seque
 
 def total_tokens(lengths: Sequence[Sequence[int]] = DOCUMENT_LENGTHS) -> int:
     return int(numpy.sum([sum(documents) for documents in lengths]))
+
+
+def assert_same_batches(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    """Batches of `collate_packed` equal, step by step: every tensor, its dtype, max_seqlen."""
+    assert len(got) == len(expected)
+    for step, (batch, wanted) in enumerate(zip(got, expected)):
+        assert batch.keys() == wanted.keys()
+        for key, value in wanted.items():
+            same = torch.equal(value, batch[key]) and value.dtype == batch[key].dtype \
+                if isinstance(value, torch.Tensor) else value == batch[key]
+            assert same, (step, key)

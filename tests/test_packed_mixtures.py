@@ -7,6 +7,7 @@ to unpacked ones, are refused, and so is a state of another seq_len, weighing or
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from fractions import Fraction
 
@@ -15,8 +16,9 @@ import pytest
 import torch
 
 from dist_resume import Mixture, ResumableDataLoader, ResumeStateError
-from dist_resume.packing import TokenFile, TokenSequences
-from tests.packing_data import check_documents, collate_rows, packed_stream, run_job, total_tokens, write_documents
+from dist_resume.packing import TokenFile, TokenSequences, collate_packed
+from tests.packing_data import (assert_same_batches, check_documents, collate_rows, packed_stream, run_job,
+                                total_tokens, write_documents)
 from tests.token_file_data import documents, write_npy
 
 SEQ_LEN = 11
@@ -104,6 +106,21 @@ def test_through_resumes_and_resizes_each_step_holds_the_real_token_shares_withi
         for at in range(begin + 1, end + 1):
             assert abs(sum(code[begin:at]) - share * sum(real[begin:at])) <= Fraction(SEQ_LEN + 1, 2)
             assert abs(code[at - 1] - share * real[at - 1]) <= SEQ_LEN + 1
+
+
+def test_collate_packed_batches_of_a_mixture_are_the_same_whoever_reads_and_collates_their_rows(data):
+    # Each worker makes its part of a batch (stream sequences and token-file sequences); the
+    # main process joins them into the batch one process collates, across a change of workers.
+    def loader(num_workers: int) -> ResumableDataLoader:
+        return ResumableDataLoader(mixture(data), batch_size=5, num_workers=num_workers, collate_fn=collate_packed)
+
+    whole = list(loader(0))
+    assert_same_batches(list(loader(2)), whole)
+    first = loader(3)
+    before = list(itertools.islice(first, 4))
+    resumed = loader(2)
+    resumed.load_state_dict(first.state_dict())
+    assert_same_batches(before + list(resumed), whole)
 
 
 def test_weighing_samples_the_mixture_weighs_token_slots(data):

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 
 from dist_resume import JsonlReader, ResumableDataLoader, ResumeStateError, ShardedStream
 from dist_resume.packing import PackedDocuments, collate_packed, packed
-from tests.packing_data import (SEQ_LEN, check_documents, collate_rows, document_stream, packed_loader,
-                                packed_stream, run_job, write_documents)
+from tests.packing_data import (SEQ_LEN, assert_same_batches, check_documents, collate_rows, document_stream,
+                                packed_loader, packed_stream, run_job, write_documents)
 
 MODES = ["concat", "fit"]
 
@@ -67,20 +67,6 @@ def test_a_resume_after_any_batch_continues_exactly(urls, mode, num_workers):
         assert before + list(resumed) == whole
 
 
-def collated_epoch(loader: ResumableDataLoader) -> list[dict]:
-    return [dict(batch) for batch in loader]
-
-
-def assert_same_batches(got: list[dict], expected: list[dict]) -> None:
-    assert len(got) == len(expected)
-    for step, (batch, wanted) in enumerate(zip(got, expected)):
-        assert batch.keys() == wanted.keys()
-        for key, value in wanted.items():
-            same = torch.equal(value, batch[key]) and value.dtype == batch[key].dtype \
-                if isinstance(value, torch.Tensor) else value == batch[key]
-            assert same, (step, key)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_collate_packed_batches_are_the_same_whoever_reads_and_collates_their_rows(urls, mode):
     # With workers, each collates the rows it read and the main process joins them: the
@@ -89,14 +75,14 @@ def test_collate_packed_batches_are_the_same_whoever_reads_and_collates_their_ro
         return ResumableDataLoader(packed_stream(urls, mode, canonical_streams=4), batch_size=3,
                                    num_workers=num_workers, collate_fn=collate_packed)
 
-    whole = collated_epoch(loader(0))
+    whole = list(loader(0))
     for num_workers in (2, 3):
-        assert_same_batches(collated_epoch(loader(num_workers)), whole)
+        assert_same_batches(list(loader(num_workers)), whole)
     first = loader(2)
-    before = collated_epoch(itertools.islice(first, 3))
+    before = list(itertools.islice(first, 3))
     resumed = loader(3)
     resumed.load_state_dict(first.state_dict())
-    assert_same_batches(before + collated_epoch(resumed), whole)
+    assert_same_batches(before + list(resumed), whole)
 
 
 def test_the_sequences_are_the_documents_packed_shard_by_shard(urls):
