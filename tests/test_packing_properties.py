@@ -6,6 +6,8 @@ same documents is packed; the collated batch's targets, cu_seqlens and max_seqle
 
 from __future__ import annotations
 
+import re
+
 import numpy
 import pytest
 import torch
@@ -184,4 +186,14 @@ def test_parts_that_do_not_cover_a_batch_once_are_refused():
     parts = [([0, 1], collate_packed.collate_part(items[:2])), ([1], collate_packed.collate_part(items[1:2]))]
     with pytest.raises(ValueError, match=r"PackedCollate: the parts' rows \[\[0, 1\], \[1\]\] are not each row "
                                          r"of a batch of 3 once"):
+        collate_packed.join_parts(parts)
+
+
+def test_sequences_of_different_widths_in_one_batch_are_refused_however_they_are_collated():
+    short, long = pack([10], 4, False), pack([14], 6, False)
+    with pytest.raises(ValueError, match=re.escape("PackedCollate: one batch holds tokens of shapes [(5,), (7,)]; "
+                                                   "every sequence of a batch has the same seq_len + 1 tokens")):
+        collate_packed(short + long)
+    parts = [(range(2), collate_packed.collate_part(short)), (range(2, 5), collate_packed.collate_part(long))]
+    with pytest.raises(ValueError, match=re.escape("PackedCollate: one batch holds tokens of shapes [(5,), (7,)]; ")):
         collate_packed.join_parts(parts)

@@ -54,6 +54,7 @@ class PackedCollate:
         if sorted(row for part_rows, _ in parts for row in part_rows) != list(range(rows)):
             raise ValueError(f"PackedCollate: the parts' rows {[list(part_rows) for part_rows, _ in parts]} "
                              f"are not each row of a batch of {rows} once")
+        _same_widths(TOKENS, [part.tokens.shape[1:] for _, part in parts])
         return self._batch(rows, [(numpy.asarray(part_rows, dtype=numpy.int64), *part) for part_rows, part in parts])
 
     def _batch(self, rows: int, parts: list[tuple[Any, numpy.ndarray, numpy.ndarray, Any]]) -> dict[str, Any]:
@@ -113,10 +114,17 @@ class _Batch:
 
 
 def _stacked(items: Sequence[dict[str, Any]], key: str) -> numpy.ndarray:
+    _same_widths(key, [numpy.shape(item[key]) for item in items])
     values = numpy.stack([item[key] for item in items])
     if values.dtype.kind not in "iu":
         raise TypeError(f"PackedCollate: a sequence's {key} are {values.dtype}, not integers")
     return values
+
+
+def _same_widths(key: str, shapes: Sequence[tuple[int, ...]]) -> None:
+    if len(set(shapes)) > 1:
+        raise ValueError(f"PackedCollate: one batch holds {key} of shapes {sorted(set(shapes))}; every sequence "
+                         "of a batch has the same seq_len + 1 tokens")
 
 
 def _narrowed(values: numpy.ndarray) -> numpy.ndarray:
