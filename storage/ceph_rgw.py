@@ -109,7 +109,7 @@ rgw frontends = beast endpoint={HOST}:{rgw_port}
 """
 
 
-class _Cluster:
+class Cluster:
     """The daemons of one cluster under ``root``; ``stop`` kills and reaps them."""
 
     def __init__(self, root: Path, deadline: float) -> None:
@@ -121,8 +121,15 @@ class _Cluster:
     def _remaining(self) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise CephStartError(f"Ceph did not start within {START_TIMEOUT:.0f} s{self._logs()}")
+            raise self.failure(f"Ceph did not start within {START_TIMEOUT:.0f} s")
         return left
+
+    def failure(self, what: str) -> CephStartError:
+        """The error for `what` went wrong, led by the daemons that exited: a command against
+        a cluster whose monitor died only times out, and the exit is the cause to name."""
+        exited = [f"{name} exited with {proc.returncode}" for name, proc in self.daemons.items()
+                  if proc.poll() is not None]
+        return CephStartError(f"{'; '.join(exited)}, so: {what}{self._logs()}" if exited else f"{what}{self._logs()}")
 
     def _logs(self) -> str:
         tails = []
@@ -137,10 +144,9 @@ class _Cluster:
             result = subprocess.run([args[0], "-c", str(self.conf), *args[1:]], capture_output=True,
                                     text=True, timeout=self._remaining(), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise CephStartError(f"{' '.join(args[:3])} did not finish in time{self._logs()}") from None
+            raise self.failure(f"{' '.join(args[:3])} did not finish in time") from None
         if result.returncode != 0:
-            raise CephStartError(f"{' '.join(args[:3])} failed ({result.returncode}): "
-                                 f"{result.stderr.strip()[-2000:]}{self._logs()}")
+            raise self.failure(f"{' '.join(args[:3])} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
         return result.stdout
 
     def start(self, name: str, *args: str) -> None:
@@ -154,10 +160,8 @@ class _Cluster:
     def wait_until(self, ready: Callable[[], bool], what: str) -> None:
         """Poll ``ready()`` until it is true; fail at the deadline or when a daemon exits."""
         while not ready():
-            for name, proc in self.daemons.items():
-                if proc.poll() is not None:
-                    raise CephStartError(f"{name} exited with {proc.returncode} while waiting "
-                                         f"for {what}{self._logs()}")
+            if any(proc.poll() is not None for proc in self.daemons.values()):
+                raise self.failure(f"waiting for {what}")
             time.sleep(min(0.2, self._remaining()))
 
     def stop(self) -> None:
@@ -190,7 +194,7 @@ def ceph_rgw(timeout: float = START_TIMEOUT) -> Iterator[RGWEndpoint]:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dist-resume-ceph-")))
         for sub in ("run", "log", "mon", "osd/osd.0", "rgw"):
             (root / sub).mkdir(parents=True)
-        cluster = _Cluster(root, time.monotonic() + timeout)
+        cluster = Cluster(root, time.monotonic() + timeout)
         stack.callback(cluster.stop)
         fsid, osd_uuid = str(uuid.uuid4()), str(uuid.uuid4())
         mon_port, rgw_port = _free_port(), _free_port()
