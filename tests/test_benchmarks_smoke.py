@@ -16,6 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def _bench(*args: str, timeout: float, cwd: Path = ROOT, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess:
+    """`python -m benchmarks.run *args`, which must succeed: a failure shows the run's own
+    output, where its reason is (a child that failed, a count that did not match)."""
+    run = subprocess.run([sys.executable, "-m", "benchmarks.run", *args], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert run.returncode == 0, (f"benchmarks.run {' '.join(args)} exited with {run.returncode}\n"
+                                 f"--- stdout (end)\n{run.stdout[-3000:]}\n--- stderr (end)\n{run.stderr[-6000:]}")
+    return run
+
+
 def _tracked_results() -> dict[str, str]:
     """Every file in benchmarks/results/ (the full runs docs/performance.md cites): name -> SHA-256."""
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(RESULTS.iterdir())}
@@ -28,8 +39,7 @@ def test_a_quick_run_leaves_the_tracked_results_alone(tmp_path: Path) -> None:
     its full-run figures)."""
     before = _tracked_results()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3"], cwd=tmp_path, env=env,
-                         check=True, capture_output=True, text=True, timeout=600)
+    run = _bench("--quick", "--only", "B3", cwd=tmp_path, env=env, timeout=600)
     assert _tracked_results() == before
     written = re.search(r"^results written to (runs/benchmarks-quick-\d{8}-\d{6})$", run.stdout, re.MULTILINE)
     assert written, run.stdout[-2000:]
@@ -50,8 +60,7 @@ def test_a_quick_run_refuses_to_write_the_tracked_results() -> None:
 def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
     """`python -m benchmarks.run --quick --only B3,B4` writes each figure's JSON (rows and
     checks), Markdown and PNG, and no latest.json: that holds only a run of every figure."""
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B3,B4", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    _bench("--quick", "--only", "B3,B4", "--out", str(tmp_path), timeout=600)
     assert not (tmp_path / "latest.json").exists() and not (tmp_path / "latest.md").exists()
     reports = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())
                for figure_id in ("B3", "B4", "B4-memory")}
@@ -76,8 +85,7 @@ def test_quick_run_writes_json_markdown_and_plots(tmp_path: Path) -> None:
 def test_the_floor_figure_times_every_way_of_fetching(tmp_path: Path) -> None:
     """`--only B6F` times each workload's fetch unseeded and by the loader, and reseeded by
     hand only for the workload that draws (augmented)."""
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B6F", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    _bench("--quick", "--only", "B6F", "--out", str(tmp_path), timeout=600)
     figure = json.loads((tmp_path / "B6-floor.json").read_text())["figures"]["B6-floor"]
     measured = {(row["case"], row["series"].split(",")[1].strip() if "," in row["series"] else row["series"])
                 for row in figure["rows"]}
@@ -92,8 +100,7 @@ def test_the_stream_reading_figure_meets_its_stated_bound(tmp_path: Path) -> Non
     """`--only B8`: bytes read / shard bytes is 1.00 where the world size divides C (equal
     shards, JSONL and tar) and within ShardedStream's stated bound everywhere (counted, not
     timed); the state does not grow from 10 to 10,000 shards."""
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B8", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    _bench("--quick", "--only", "B8", "--out", str(tmp_path), timeout=600)
     figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
                for figure_id in ("B8", "B8-state", "B8-load")}
     assert all(check["met"] for check in figures["B8"]["checks"] + figures["B8-state"]["checks"])
@@ -107,8 +114,7 @@ def test_the_packing_figures_count_what_they_state(tmp_path: Path) -> None:
     gives code its 0.3 of the real tokens within a sequence over the epoch (and in every step
     when concatenated: 'fit' is paced at its average fill), weighed in samples 0.3 of the token
     slots within a sequence."""
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B10R,B10M", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    _bench("--quick", "--only", "B10R,B10M", "--out", str(tmp_path), timeout=900)
     figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
                for figure_id in ("B10R", "B10S", "B10M")}
     packed_states = {row["stats"]["median"] for row in figures["B10S"]["rows"] if row["series"].startswith("packed")}
@@ -132,8 +138,7 @@ def test_the_torchft_figures_run_both_loaders_in_the_same_loop(tmp_path: Path) -
     side by side, check each ManagedLoader row against the sampler's, and time a restarted
     group's first data with each loader (what is timed is not asserted)."""
     pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[test]' installs it)")
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B11", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    _bench("--quick", "--only", "B11", "--out", str(tmp_path), timeout=900)
     figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
                for figure_id in ("B11", "B11-first-data")}
     loaders = {"torchft DistributedSampler", "dist-resume ManagedLoader",
@@ -154,8 +159,7 @@ def test_the_resume_time_figure_measures_every_format_and_store(tmp_path: Path) 
     Parquet and tar shards on disk and on moto, with the counts kept, counted, given and by
     a plain replay; a cold S3 JSONL epoch against the plain reader (no timing asserted:
     each child checks its own item count, and every case must have run)."""
-    subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only", "B7R", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=1200)
+    _bench("--quick", "--only", "B7R", "--out", str(tmp_path), timeout=1200)
     figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
                for figure_id in ("B7R", "B7R-epoch")}
     cases = {(row["case"], row["series"]) for row in figures["B7R"]["rows"]}
