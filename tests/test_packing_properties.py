@@ -197,3 +197,14 @@ def test_sequences_of_different_widths_in_one_batch_are_refused_however_they_are
     parts = [(range(2), collate_packed.collate_part(short)), (range(2, 5), collate_packed.collate_part(long))]
     with pytest.raises(ValueError, match=re.escape("PackedCollate: one batch holds tokens of shapes [(5,), (7,)]; ")):
         collate_packed.join_parts(parts)
+
+
+def test_sequences_whose_tokens_or_positions_are_not_integers_are_refused():
+    items = pack([10], 4, False)
+    floats = [{**item, "position_ids": item["position_ids"].astype(numpy.float64)} for item in items]
+    message = "PackedCollate: a sequence's position_ids are float64, not integers"
+    for collate in (collate_packed, collate_packed.collate_part):
+        with pytest.raises(TypeError, match=re.escape(message)):
+            collate(floats)
+    with pytest.raises(TypeError, match=re.escape("PackedCollate: a sequence's tokens are float32, not integers")):
+        collate_packed([{**item, "tokens": item["tokens"].astype(numpy.float32)} for item in items])
