@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dist_resume.packing import PackedCollate, collate_packed
 from dist_resume.packing.packer import Packer, count_sequences
+from tests.packing_data import assert_same_batches
 
 lengths_lists = st.lists(st.integers(0, 40), max_size=25)
 seq_lens = st.integers(1, 16)
@@ -158,10 +159,7 @@ def test_a_batch_collated_in_a_worker_arrives_equal_in_one_shared_buffer():
     assert {value.untyped_storage().data_ptr() for value in tensors.values()} == {
         from_worker["tokens"].untyped_storage().data_ptr()}
     assert all(value.is_shared() for value in tensors.values())
-    for key, value in in_process.items():
-        same = torch.equal(value, from_worker[key]) and value.dtype == from_worker[key].dtype \
-            if isinstance(value, torch.Tensor) else value == from_worker[key]
-        assert same, key
+    assert_same_batches([from_worker], [in_process])
 
 
 @given(st.lists(lengths_lists, min_size=1, max_size=4), seq_lens, modes, st.booleans(), st.data())
@@ -174,11 +172,7 @@ def test_parts_made_apart_join_into_the_batch_of_all_their_items(batches, seq_le
     owners = data.draw(st.lists(st.integers(0, 2), min_size=len(items), max_size=len(items)))
     parts = [[row for row, owner in enumerate(owners) if owner == part] for part in range(3)]
     joined = collate.join_parts([(rows, collate.collate_part([items[row] for row in rows])) for rows in parts if rows])
-    whole = collate(items)
-    assert joined.keys() == whole.keys()
-    for key, value in whole.items():
-        assert (torch.equal(value, joined[key]) and value.dtype == joined[key].dtype
-                if isinstance(value, torch.Tensor) else value == joined[key]), key
+    assert_same_batches([joined], [collate(items)])
 
 
 def test_parts_that_do_not_cover_a_batch_once_are_refused():
