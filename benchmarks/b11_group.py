@@ -1,7 +1,8 @@
 """One replica group of B11's side-by-side run: the same torchft loop (the demo group's:
 batch, quorum, forward, backward, manager.allreduce per gradient, should_commit) takes its
 batches from ManagedLoader (with per-sample seeding, G4, and without) and from torchft's
-DistributedSampler in rotating blocks of steps, and writes each block's step times by the
+DistributedSampler (twice: two loaders alike, the run's own noise) in rounds of one block of
+steps per loader, each round in another order, and writes each block's step times by the
 loader it used (``--result``, JSON)."""
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.torchft_group import GroupState, build_manager, managed_batches, parser, sampler_batches
 from dist_resume.integrations.torchft import allreduce_gradients
 
-MANAGED, UNSEEDED, SAMPLER = "managed", "managed-unseeded", "sampler"
-MODES = (MANAGED, UNSEEDED, SAMPLER)
+from .timing import rotated
+
+MANAGED, UNSEEDED, SAMPLER, SAMPLER_AGAIN = "managed", "managed-unseeded", "sampler", "sampler-again"
+MODES = (MANAGED, UNSEEDED, SAMPLER, SAMPLER_AGAIN)
 _POLL_SECONDS = 0.05
 
 
 def main() -> None:
     options = parser()
-    options.add_argument("--blocks", type=int, default=20)
+    options.add_argument("--rounds", type=int, default=20)
     options.add_argument("--block-steps", type=int, default=20)
     options.add_argument("--result", type=Path, required=True)
     args = options.parse_args()
@@ -44,18 +47,20 @@ def main() -> None:
                for mode in (MANAGED, UNSEEDED)}
     sources = {mode: managed_batches(loader, args.epochs) for mode, loader in managed.items()}
     sources[SAMPLER] = sampler_batches(args, dataset)
+    sources[SAMPLER_AGAIN] = sampler_batches(args, dataset)
     args.ready_file.write_text("")
     while not args.start_file.exists():
         time.sleep(_POLL_SECONDS)
     loss_fn = nn.CrossEntropyLoss()
     blocks: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
-    for block in range(args.blocks):
-        name = MODES[block % len(MODES)]
+    # Each loader follows each other one equally often: what a block inherits from the one
+    # before it (warm caches, workers that prefetched) falls on all alike.
+    for name in (name for round_ in range(args.rounds) for name in rotated(list(MODES), round_)):
         times = []
         for index in range(args.block_steps):
             began = time.perf_counter()
             _, (features, labels, _) = next(sources[name])
-            if name == SAMPLER:
+            if name in (SAMPLER, SAMPLER_AGAIN):
                 manager.start_quorum()  # as torchft's OptimizerWrapper.zero_grad does
             loss_fn(model(features), labels).backward()
             allreduce_gradients(manager, model)

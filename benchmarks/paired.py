@@ -1,0 +1,26 @@
+"""Paired ratios of loaders timed side by side in rounds, and how far their median can be
+trusted: a bootstrap interval over the rounds."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+
+def ratio_pairs(ours: list[list[float]], theirs: list[list[float]]) -> list[list[float]]:
+    """Per round, the ratios of `ours` to `theirs` in each group (`ours[g][r]`: group g's
+    value in round r)."""
+    return [[mine[round_] / other[round_] for mine, other in zip(ours, theirs)]
+            for round_ in range(min(len(values) for values in ours + theirs))]
+
+
+def median_interval(rounds: list[list[float]], level: float = 0.9, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """The median of every round's ratios, and its `level` bootstrap interval: rounds drawn
+    with replacement, each with all its ratios (the groups of a round share its load)."""
+    median = statistics.median(ratio for round_ in rounds for ratio in round_)
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(ratio for round_ in draw.choices(rounds, k=len(rounds)) for ratio in round_)
+                     for _ in range(resamples))
+    tail = (1 - level) / 2
+    return median, medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
