@@ -3,13 +3,15 @@ batch, quorum, forward, backward, manager.allreduce per gradient, should_commit)
 batches from ManagedLoader (with per-sample seeding, G4, and without) and from torchft's
 DistributedSampler (twice: two loaders alike, the run's own noise) in rounds of one block of
 steps per loader, each round in another order, and writes each block's step times by the
-loader it used (``--result``, JSON)."""
+loader it used (``--result``, JSON: ``steps``), and how long each step waited for its batch,
+the quorum left out (``data``)."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,6 +28,23 @@ MODES = (MANAGED, UNSEEDED, SAMPLER, SAMPLER_AGAIN)
 _POLL_SECONDS = 0.05
 
 
+def _time_quorums(manager: Any) -> list[float]:
+    """Time every `manager.start_quorum()` from now on: the seconds of each call since the
+    list was last cleared."""
+    seconds: list[float] = []
+    start_quorum = manager.start_quorum
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        began = time.perf_counter()
+        try:
+            start_quorum(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - began)
+
+    manager.start_quorum = timed
+    return seconds
+
+
 def main() -> None:
     options = parser()
     options.add_argument("--rounds", type=int, default=20)
@@ -40,6 +59,7 @@ def main() -> None:
     state = GroupState(model, optimizer, None)
     manager, _store = build_manager(args, state)
     state.manager = manager
+    quorums = _time_quorums(manager)  # before the ManagedLoaders, which call what they find
     managed = {mode: ManagedLoader(ResumableDataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                                                       seed=args.seed, num_workers=args.num_workers, rank=0,
                                                       world_size=1, deterministic_transforms=mode == MANAGED),
@@ -53,13 +73,16 @@ def main() -> None:
         time.sleep(_POLL_SECONDS)
     loss_fn = nn.CrossEntropyLoss()
     blocks: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+    data: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
     # Each loader follows each other one equally often: what a block inherits from the one
     # before it (warm caches, workers that prefetched) falls on all alike.
     for name in (name for round_ in range(args.rounds) for name in rotated(list(MODES), round_)):
-        times = []
+        times, waits = [], []
         for index in range(args.block_steps):
+            quorums.clear()
             began = time.perf_counter()
             _, (features, labels, _) = next(sources[name])
+            served = time.perf_counter()
             if name in (SAMPLER, SAMPLER_AGAIN):
                 manager.start_quorum()  # as torchft's OptimizerWrapper.zero_grad does
             loss_fn(model(features), labels).backward()
@@ -69,10 +92,12 @@ def main() -> None:
             optimizer.zero_grad()
             if index:  # a block's first step follows the other loader's steps
                 times.append(time.perf_counter() - began)
+                waits.append(served - began - (sum(quorums) if name in managed else 0.0))
         blocks[name].append(times)
+        data[name].append(waits)
         if name in managed:
             managed[name].state_dict()  # settles its last step before other loaders' steps move the Manager on
-    args.result.write_text(json.dumps(blocks))
+    args.result.write_text(json.dumps({"steps": blocks, "data": data}))
     manager.shutdown(wait=False)
 
 

@@ -141,7 +141,7 @@ def test_the_torchft_figures_run_both_loaders_in_the_same_loop(tmp_path: Path) -
     pytest.importorskip("torchft", reason="torchft is not installed (pip install -e '.[test]' installs it)")
     _bench("--quick", "--only", "B11", "--out", str(tmp_path), timeout=900)
     figures = {figure_id: json.loads((tmp_path / f"{figure_id}.json").read_text())["figures"][figure_id]
-               for figure_id in ("B11", "B11-first-data")}
+               for figure_id in ("B11", "B11-data", "B11-first-data")}
     ours = {"dist-resume ManagedLoader", "ManagedLoader, deterministic_transforms=False"}
     samplers = {"torchft DistributedSampler", "torchft DistributedSampler, a second one"}
     cases = ("0 workers", "2 workers")
@@ -151,6 +151,10 @@ def test_the_torchft_figures_run_both_loaders_in_the_same_loop(tmp_path: Path) -
         f"{case}: step time {series} / sampler{end}" for case in cases for series in ours
         for end in ("", ", 90% interval's upper end")} | {
         f"{case}: step time torchft DistributedSampler, a second one / sampler (the run's noise)" for case in cases}
+    assert {(row["case"], row["series"]) for row in figures["B11-data"]["rows"]} == {
+        (case, series) for case in cases for series in ours | samplers}
+    assert {check["name"] for check in figures["B11-data"]["checks"]} == {
+        f"{case}: {series}'s added wait for the batch / sampler's step" for case in cases for series in ours}
     assert {row["series"] for row in figures["B11-first-data"]["rows"]} == {"torchft DistributedSampler",
                                                                             "dist-resume ManagedLoader"}
     assert all(row["stats"]["median"] > 0 for figure in figures.values() for row in figure["rows"])
