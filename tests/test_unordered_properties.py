@@ -87,8 +87,13 @@ def test_every_position_exactly_once_across_out_of_order_resumes(data, length, m
     real: list[int] = []
     for number, (world_size, batch_size) in enumerate(jobs):
         job = plan_resume(states, world_size, batch_size)
-        # The plan holds the pending levels and the holes of the job before: O(world sizes x in flight).
-        assert len(job.plan.encode()) <= 2 + len(job.plan.levels) * (3 + 8) + 1 + 3 * 8 * in_flight
+        # The plan holds every pending level and its holes until a later job trains them (three
+        # integers each): fewer than `in_flight` per rank of that level's job, whatever the length.
+        levels = job.plan.levels
+        assert all(len(level.holes) <= level.world_size * (in_flight - 1) for level in levels)
+        holes = sum(len(level.holes) for level in levels)
+        assert len(job.plan.encode()) == (2 + sum(3 + level.world_size for level in levels)
+                                          + (1 + 3 * holes if holes else 0) if levels else 0)
         if number == len(jobs) - 1:
             delivered = [list(range(job.consumed[r], job.layout.num_batches(r))) for r in range(world_size)]
             entries = {}
