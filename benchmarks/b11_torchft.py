@@ -22,7 +22,7 @@ from dist_resume.demo.torchft_job import TorchftJob
 from dist_resume.demo.torchft_verify import read_lines
 
 from .report import FigureResult
-from .paired import median_interval, ratio_pairs
+from .paired import median_interval, per_round, ratio_pairs
 from .timing import Stats, rotated
 
 SAMPLER, MANAGED = "torchft DistributedSampler", "dist-resume ManagedLoader"
@@ -92,9 +92,9 @@ def run(quick: bool) -> list[FigureResult]:
                 # The wait for the batch is far steadier than the step: what ManagedLoader adds
                 # to it, as a share of the sampler's step, estimates its cost without the
                 # groups' scheduling in it.
-                ours, theirs, step = measured["data"][name], measured["data"][SAMPLER], medians[SAMPLER]
-                share = statistics.median((ours[group][round_] - theirs[group][round_]) / step[group][round_]
-                                          for group in range(len(step)) for round_ in range(len(step[group])))
+                added = per_round(lambda mine, theirs, step: (mine - theirs) / step, measured["data"][name],
+                                  measured["data"][SAMPLER], medians[SAMPLER])
+                share = statistics.median(value for round_ in added for value in round_)
                 data.check(f"{case}: {name}'s added wait for the batch / sampler's step", share, "(no target)", None)
             for name in (MANAGED, UNSEEDED, AGAIN):
                 ratio = median_interval(ratio_pairs(medians[name], medians[SAMPLER]))

@@ -3,15 +3,25 @@ trusted: a bootstrap interval over the rounds."""
 
 from __future__ import annotations
 
+import operator
 import random
 import statistics
+from collections.abc import Callable
+
+
+def per_round(combine: Callable[..., float], *series: list[list[float]]) -> list[list[float]]:
+    """Per round, `combine` of the series' values of each group (`series[s][g][r]`: series s,
+    group g, round r): the values measured side by side."""
+    groups = min(len(values) for values in series)
+    rounds = min(len(group) for values in series for group in values)
+    return [[combine(*(values[group][round_] for values in series)) for group in range(groups)]
+            for round_ in range(rounds)]
 
 
 def ratio_pairs(ours: list[list[float]], theirs: list[list[float]]) -> list[list[float]]:
     """Per round, the ratios of `ours` to `theirs` in each group (`ours[g][r]`: group g's
     value in round r)."""
-    return [[mine[round_] / other[round_] for mine, other in zip(ours, theirs)]
-            for round_ in range(min(len(values) for values in ours + theirs))]
+    return per_round(operator.truediv, ours, theirs)
 
 
 def median_interval(rounds: list[list[float]], level: float = 0.9, resamples: int = 2000,

@@ -20,7 +20,7 @@ rounds = st.lists(st.lists(st.floats(0.5, 2.0), min_size=1, max_size=3), min_siz
 
 
 @given(rounds)
-def test_the_interval_holds_the_median_of_all_ratios_and_stays_within_them(drawn: list[list[float]]) -> None:
+def test_the_median_is_of_all_ratios_and_its_interval_stays_within_them(drawn: list[list[float]]) -> None:
     median, low, high = median_interval(drawn, resamples=200)
     ratios = [ratio for round_ in drawn for ratio in round_]
     assert median == statistics.median(ratios)
