@@ -35,6 +35,7 @@ from dist_resume.state.fields import Identity, Sampling
 from dist_resume.state.skips import SkipLedger
 from dist_resume.streams.cursor import stream_cursor
 from dist_resume.streams.sharded import ShardedStream
+from dist_resume.workers.by_value import by_value
 from dist_resume.workers.roles import UserDatasetInit, is_stateful
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -266,7 +267,7 @@ class ResumableDataLoader(EpochChoice, BatchRequests, BatchSkipping, Regrouping,
                                              wire if self.num_workers else None),
                 num_workers=self.num_workers,
                 in_order=self.in_order,
-                collate_fn=collate if self.in_order else NumberingCollate(collate),
+                collate_fn=by_value(collate if self.in_order else NumberingCollate(collate), self.num_workers),
                 pin_memory=self.pin_memory,
                 timeout=self.timeout,
                 worker_init_fn=UserDatasetInit(self.worker_init_fn),

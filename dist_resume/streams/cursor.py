@@ -45,6 +45,7 @@ from dist_resume.streams.steps import BatchCollate, StepSettings, joined, step_s
 from dist_resume.streams.stream_state import CANONICAL_KIND, KIND_WORDS, META, UNORDERED_KIND, read_meta
 from dist_resume.streams.unordered_pass import in_order_position, remaining_after
 from dist_resume.streams.unordered_records import UnorderedRecords
+from dist_resume.workers.by_value import by_value
 from dist_resume.workers.roles import PASS_END, Tagged, is_stateful
 
 STREAM_KEY = "stream"
@@ -125,7 +126,7 @@ class StreamCursor:
             worker_stream,
             batch_size=None,
             num_workers=owner.num_workers,
-            collate_fn=unwrap,
+            collate_fn=by_value(unwrap, owner.num_workers),
             pin_memory=owner.pin_memory,
             timeout=owner.timeout,
             worker_init_fn=RoleInit((self._last_role + 1) % self.roles, owner.worker_init_fn) if owner.num_workers else None,
