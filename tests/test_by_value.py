@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from multiprocessing.reduction import ForkingPickler
 
+import numpy
 import pytest
 import torch
 from hypothesis import given, settings
@@ -159,3 +160,13 @@ def test_a_conjugate_sample_from_a_worker_keeps_its_values():
     delivers unconjugated."""
     with_workers = list(ResumableDataLoader(_Conjugated(), batch_size=None, num_workers=2))
     assert [sample.tolist() for sample in with_workers] == [[complex(index, -1)] for index in range(4)]
+
+
+def test_two_storages_at_one_address_arrive_each_with_its_own_bytes():
+    """numpy views from the same first element: two storages, one address, different sizes."""
+    array = numpy.arange(10, dtype=numpy.float64)
+    head, whole = torch.from_numpy(array[:2]), torch.from_numpy(array)
+    assert head.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+    got_head, got_whole = _sent((head, whole))
+    _assert_same(got_head, head)
+    _assert_same(got_whole, whole)

@@ -70,7 +70,9 @@ class _SmallTensorPickler(ForkingPickler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._storages: dict[int, _StorageBytes] = {}  # by address: tensors that share a storage share it again
+        # By address and size: tensors that share a storage share it again. Storages made over
+        # the same memory (numpy views that start together) share an address, not a size.
+        self._storages: dict[tuple[int, int], _StorageBytes] = {}
 
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is not torch.Tensor:
@@ -82,14 +84,15 @@ class _SmallTensorPickler(ForkingPickler):
         if not _rebuilt_exactly(obj):
             return NotImplemented
         storage = obj.untyped_storage()
-        if storage.nbytes() > SMALL_STORAGE_BYTES:
+        nbytes = storage.nbytes()
+        if nbytes > SMALL_STORAGE_BYTES:
             return NotImplemented
-        address = storage.data_ptr()
-        sent = self._storages.get(address) if address else None
+        key = (storage.data_ptr(), nbytes)
+        sent = self._storages.get(key) if key[0] else None
         if sent is None:
             sent = _StorageBytes(torch.empty((0,), dtype=torch.uint8).set_(storage).numpy().tobytes())
-            if address:
-                self._storages[address] = sent
+            if key[0]:
+                self._storages[key] = sent
         return _tensor, (sent, obj.dtype, obj.storage_offset(), tuple(obj.shape), obj.stride())
 
 
