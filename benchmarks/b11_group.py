@@ -21,7 +21,7 @@ from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.torchft_group import GroupState, build_manager, managed_batches, parser, sampler_batches
 from dist_resume.integrations.torchft import allreduce_gradients
 
-from .timing import rotated
+from .timing import balanced_rounds
 
 MANAGED, UNSEEDED, SAMPLER, SAMPLER_AGAIN = "managed", "managed-unseeded", "sampler", "sampler-again"
 MODES = (MANAGED, UNSEEDED, SAMPLER, SAMPLER_AGAIN)
@@ -47,7 +47,7 @@ def _time_quorums(manager: Any) -> list[float]:
 
 def main() -> None:
     options = parser()
-    options.add_argument("--rounds", type=int, default=20)
+    options.add_argument("--cycles", type=int, default=1, help="cycles of balanced_rounds(MODES)")
     options.add_argument("--block-steps", type=int, default=20)
     options.add_argument("--result", type=Path, required=True)
     args = options.parse_args()
@@ -76,7 +76,8 @@ def main() -> None:
     data: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
     # Each loader follows each other one equally often: what a block inherits from the one
     # before it (warm caches, workers that prefetched) falls on all alike.
-    for name in (name for round_ in range(args.rounds) for name in rotated(list(MODES), round_)):
+    orders = balanced_rounds(list(MODES))
+    for name in (name for _ in range(args.cycles) for order in orders for name in order):
         times, waits = [], []
         for index in range(args.block_steps):
             quorums.clear()

@@ -23,7 +23,8 @@ from dist_resume.demo.torchft_verify import read_lines
 
 from .report import FigureResult
 from .paired import median_interval, per_round, ratio_pairs
-from .timing import Stats, rotated
+from .b11_group import MODES
+from .timing import Stats, balanced_rounds, rotated
 
 SAMPLER, MANAGED = "torchft DistributedSampler", "dist-resume ManagedLoader"
 UNSEEDED = "ManagedLoader, deterministic_transforms=False"
@@ -33,13 +34,13 @@ DATA = {SAMPLER: "torchft-sampler", MANAGED: "dist-resume"}
 _GOAL = 1.02  # issue 31: per-step time at most 2% above torchft's own sampler's, at 0 and 2 workers
 
 
-def _side_by_side(workdir: Path, workers: int, rounds: int, block_steps: int) -> dict[str, dict[str, list]]:
+def _side_by_side(workdir: Path, workers: int, cycles: int, block_steps: int) -> dict[str, dict[str, list]]:
     """Two groups take rounds of one block of steps per loader; per measure (`steps`: the
     whole step, `data`: the wait for the batch, the quorum left out), loader and group, each
     round's block median."""
     common = ["--dataset-size", "400", "--batch-size", "2", "--num-workers", str(workers)]
     with TorchftJob(workdir, common) as job:
-        groups = [job.start(f"g{number}", "--rounds", str(rounds), "--block-steps", str(block_steps),
+        groups = [job.start(f"g{number}", "--cycles", str(cycles), "--block-steps", str(block_steps),
                             "--result", str(workdir / f"g{number}.json"), module="benchmarks.b11_group")
                   for number in range(2)]
         job.go(*groups)
@@ -77,13 +78,15 @@ def run(quick: bool) -> list[FigureResult]:
     steps = FigureResult("B11", "torchft: time per step, ManagedLoader vs torchft's sampler, same loop", "s")
     data = FigureResult("B11-data", "torchft: each step's wait for its batch, the quorum left out", "s")
     first = FigureResult("B11-first-data", "torchft: restarted group, Manager up to its first step with data", "s")
-    rounds, block_steps = (3, 10) if quick else (100, 20)
+    cycles, block_steps = (1, 10) if quick else (12, 20)
+    cycle = len(balanced_rounds(list(MODES)))
+    rounds = cycles * cycle
     intervals = []
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         for workers in (0, 2):
             case = f"{workers} workers"
-            measured = _side_by_side(root / f"workers-{workers}", workers, rounds, block_steps)
+            measured = _side_by_side(root / f"workers-{workers}", workers, cycles, block_steps)
             medians = measured["steps"]
             for name, groups in medians.items():
                 steps.add(case, name, Stats.of([value for group in groups for value in group]))
@@ -113,9 +116,10 @@ def run(quick: bool) -> list[FigureResult]:
             first.add("restarted group (sync quorum, heals in its first quorum)", name, Stats.of(values))
     steps.notes.append(
         f"One run per row: 2 groups of one process (400 samples, batch 2) take {rounds} rounds of one block of "
-        f"{block_steps} steps per loader, in the same processes and loop, each round in another order (every "
-        "loader follows every other one equally often); each value is the median over both groups' blocks of each "
-        "block's median step time (a block's first step, after the other loader's, left out), min - max over "
+        f"{block_steps} steps per loader, in the same processes and loop, each round in another order (over each "
+        f"cycle of {cycle} rounds every loader directly follows every loader, itself only across rounds, equally "
+        "often); each value is the median over both groups' blocks of each block's median step time (a block's "
+        "first step, after the other loader's, left out), min - max over "
         "those blocks. The checks are the median of paired ratios (each block against the sampler's block of the "
         "same round in the same group) and the upper end of its 90% bootstrap interval (rounds drawn with "
         "replacement): the goal is shown met when that end is within it. A second, identical sampler loader "

@@ -52,6 +52,54 @@ def rotated(names: list[Key], rep: int) -> list[Key]:
     return names[shift:] + names[:shift]
 
 
+_MOST_BALANCED = 4  # the search below is instant up to here; B11 rotates four loaders
+
+
+def balanced_rounds(names: list[Key]) -> list[list[Key]]:
+    """One order of `names` per round, to be run one round after another and then again from
+    the first: over each such cycle, every name directly follows every name (itself only from
+    one round to the next) equally often, so that what a case inherits from the case before
+    it falls on all alike. `rotated` does not give that: its rounds keep one cyclic order, in
+    which a name always follows the same one within a round."""
+    if len(names) > _MOST_BALANCED:
+        raise ValueError(f"balanced orders are searched for up to {_MOST_BALANCED} cases, got {len(names)}")
+    for times in (1, 2):
+        found = _rounds_with_pairs(len(names), times)
+        if found is not None:
+            return [[names[index] for index in round_] for round_ in found]
+    raise AssertionError(f"no balanced order of {len(names)} cases")  # 2n rounds exist up to _MOST_BALANCED
+
+
+def _rounds_with_pairs(count: int, times: int) -> list[list[int]] | None:
+    """`times * count` permutations of `range(count)` in which, read as one sequence that wraps
+    around, every ordered pair of neighbours occurs `times` times; None if there is none."""
+    length = times * count * count
+    pairs = {(first, then): 0 for first in range(count) for then in range(count)}
+    sequence: list[int] = []
+
+    def extend() -> bool:
+        if len(sequence) == length:
+            return pairs[sequence[-1], sequence[0]] < times
+        round_ = sequence[len(sequence) - len(sequence) % count:]
+        for then in range(count):
+            pair = (sequence[-1], then) if sequence else None
+            if then in round_ or (pair is not None and pairs[pair] == times):
+                continue
+            if pair is not None:
+                pairs[pair] += 1
+            sequence.append(then)
+            if extend():
+                return True
+            sequence.pop()
+            if pair is not None:
+                pairs[pair] -= 1
+        return False
+
+    if not extend():
+        return None
+    return [sequence[start:start + count] for start in range(0, length, count)]
+
+
 def interleaved(cases: Mapping[Key, Callable[[], float]], reps: int, warmup: int = 1) -> dict[Key, Stats]:
     """Run every case once per repetition, in a rotated order, so that load that drifts
     over the run hits all cases alike. A case returns its own measurement (e.g. seconds);
