@@ -52,7 +52,7 @@ def rotated(names: list[Key], rep: int) -> list[Key]:
     return names[shift:] + names[:shift]
 
 
-_MOST_BALANCED = 4  # the search below is instant up to here; B11 rotates four loaders
+_MOST_BALANCED = 4  # the search below takes about a second at 4 (B11 orders four loaders)
 
 
 def balanced_rounds(names: list[Key]) -> list[list[Key]]:
