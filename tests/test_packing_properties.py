@@ -202,3 +202,16 @@ def test_sequences_whose_tokens_or_positions_are_not_integers_are_refused():
             collate(floats)
     with pytest.raises(TypeError, match=re.escape("PackedCollate: a sequence's tokens are float32, not integers")):
         collate_packed([{**item, "tokens": item["tokens"].astype(numpy.float32)} for item in items])
+
+
+def test_uint64_token_ids_past_int64_are_refused_not_wrapped():
+    """A batch is int64: an id of 2**63 or more would arrive negative. Ids below that go through."""
+    items = pack([10], 4, False)
+    fits = [{**item, "tokens": item["tokens"].astype(numpy.uint64)} for item in items]
+    assert torch.equal(collate_packed(fits)["tokens"], collate_packed(items)["tokens"])
+    past = [{**item, "tokens": item["tokens"].astype(numpy.uint64)} for item in items]
+    past[1]["tokens"][2] = 2**63
+    message = f"PackedCollate: a sequence's tokens hold {2**63}, past int64 (a batch is int64)"
+    for collate in (collate_packed, collate_packed.collate_part):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            collate(past)
