@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from dist_resume.arguments import checked_flag, checked_int
-from dist_resume.packing.documents import TOKEN_LIMIT
+from dist_resume.packing.documents import past_int64
 from dist_resume.packing.sequences import NUM_TOKENS, POSITION_IDS, TOKENS
 
 IGNORE_INDEX = -100  # what torch's cross_entropy ignores by default
@@ -119,8 +119,9 @@ def _stacked(items: Sequence[dict[str, Any]], key: str) -> numpy.ndarray:
     values = numpy.stack([item[key] for item in items])
     if values.dtype.kind not in "iu":
         raise TypeError(f"PackedCollate: a sequence's {key} are {values.dtype}, not integers")
-    if values.dtype == numpy.uint64 and values.size and int(values.max()) >= TOKEN_LIMIT:
-        raise ValueError(f"PackedCollate: a sequence's {key} hold {int(values.max())}, past int64 (a batch is int64)")
+    largest = past_int64(values)
+    if largest is not None:
+        raise ValueError(f"PackedCollate: a sequence's {key} hold {largest}, past int64 (a batch is int64)")
     return values
 
 

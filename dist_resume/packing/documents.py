@@ -9,6 +9,13 @@ import numpy
 TOKEN_LIMIT = 2**63  # token ids are int64 in every sequence
 
 
+def past_int64(values: numpy.ndarray) -> int | None:
+    """The largest of integer `values` if int64 cannot hold it (uint64 only), else None."""
+    if values.dtype == numpy.uint64 and values.size and int(values.max()) >= TOKEN_LIMIT:
+        return int(values.max())
+    return None
+
+
 def document_tokens(document: Any, field: str | None, number: int) -> numpy.ndarray:
     """`document` (or its `field`) as a 1-D int64 array. A document that is not a 1-D
     sequence of integers (floats, bools, strings, nested lists, a mapping without `field`)
@@ -29,6 +36,7 @@ def document_tokens(document: Any, field: str | None, number: int) -> numpy.ndar
         if len(tokens) == 0:  # [] reads as float64: an empty document holds no token
             return numpy.empty(0, dtype=numpy.int64)
         raise ValueError(f"document {number} holds {tokens.dtype} values, not integer token ids")
-    if tokens.dtype == numpy.uint64 and len(tokens) and int(tokens.max()) >= TOKEN_LIMIT:
-        raise ValueError(f"document {number} holds token id {int(tokens.max())}, past int64")
+    largest = past_int64(tokens)
+    if largest is not None:
+        raise ValueError(f"document {number} holds token id {largest}, past int64")
     return tokens.astype(numpy.int64, copy=False)
