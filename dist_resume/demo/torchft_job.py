@@ -9,18 +9,23 @@ job ends. Waits are bounded by the job's timeout, never by a sleep that hopes.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 from dist_resume.demo.job import JobError, free_port, job_env, wait_until_gone
 
 _POLL_SECONDS = 0.05
+# The next quorum's line of the lighthouse's /status page: "[<live>/<all> participants healthy]",
+# the groups whose quorum requests wait there, those whose Managers still beat first.
+_WAITING = re.compile(r"\[(\d+)/\d+ participants healthy\]")
 
 
 def lighthouse_command() -> str:
@@ -64,12 +69,17 @@ class Group:
         """Wait for ``done()``; a rank that exits first fails the wait, unless it waits for the end."""
         deadline = time.monotonic() + self.job.timeout
         while not done():
-            for rank, process in enumerate(self.processes):
-                if not ending and process.poll() is not None and not done():
-                    raise self.failure(f"{self._name(rank)} exited with code {process.returncode} before {what}", rank)
+            if not ending and not done():  # done() again: a rank may have ended after reaching it
+                self.running(what)
             if time.monotonic() > deadline:
                 raise self.failure(f"{self.replica_id} did not reach {what} within {self.job.timeout:.0f}s")
             time.sleep(_POLL_SECONDS)
+
+    def running(self, before: str) -> None:
+        """Raise if one of its ranks exited (``before`` the wait's end, named in the error)."""
+        for rank, process in enumerate(self.processes):
+            if process.poll() is not None:
+                raise self.failure(f"{self._name(rank)} exited with code {process.returncode} before {before}", rank)
 
     def _name(self, rank: int) -> str:
         return self.replica_id if len(self.processes) == 1 else f"{self.replica_id} rank {rank}"
@@ -94,6 +104,10 @@ class Group:
     def release(self, step: int) -> None:
         for prefix in self.hold_prefixes:
             Path(f"{prefix}-{step}.release").write_text("")
+
+    def alive(self) -> bool:
+        """Whether all its ranks run."""
+        return all(process.poll() is None for process in self.processes)
 
     def exited(self) -> int:
         """Wait for the end of all its ranks; their exit code (a negative signal number if
@@ -182,14 +196,36 @@ class TorchftJob:
 
     def join_at(self, step: int, holders: Sequence[Group], *replica_ids: str, ranks: int = 1) -> list[Group]:
         """Once every group of ``holders`` holds at Manager step ``step``, start new lives of
-        ``replica_ids``; release the holders once their Managers run: they join that step's
-        quorum (or, if theirs comes late, the next one's)."""
+        ``replica_ids``; release the holders once the quorum requests of the new lives and of
+        every other running group wait at the lighthouse: they all take part in that step."""
         for holder in holders:
             holder.held(step)
         joined = [self.start(replica_id, ranks=ranks).ready() for replica_id in replica_ids]
+        # Released earlier, the holders (all of the last quorum's groups) would form the step's
+        # quorum at once without a group whose request had not reached the lighthouse yet.
+        requesting = [group for group in self.groups if group not in holders and group.alive()]
+        deadline = time.monotonic() + self.timeout
+        while self.quorum_requests() != len(requesting):
+            for group in requesting:
+                group.running("its quorum request reached the lighthouse")
+            if time.monotonic() > deadline:
+                raise JobError(f"the lighthouse did not hold {len(requesting)} quorum requests within "
+                               f"{self.timeout:.0f}s (log: {self.workdir / 'lighthouse.log'})")
+            time.sleep(_POLL_SECONDS)
         for holder in holders:
             holder.release(step)
         return joined
+
+    def quorum_requests(self) -> int:
+        """How many live groups' quorum requests wait at the lighthouse for its next quorum,
+        as its ``/status`` page tells."""
+        with urllib.request.urlopen(f"{self.url}/status", timeout=self.timeout) as response:
+            page = response.read().decode(errors="replace")
+        found = _WAITING.search(page)
+        if found is None:
+            raise JobError("the lighthouse's /status page does not tell its next quorum's participants "
+                           f"('[N/M participants healthy]', as torchft 0.2's does): {page[:300]!r}")
+        return int(found.group(1))
 
     def go(self, *groups: Group) -> None:
         """Once ``groups`` run their Managers, let every group take its first step: the first
