@@ -58,8 +58,8 @@ def test_torchfts_own_sampler_loses_and_repeats_samples_in_the_issues_scenario(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("options", "trains_from", "wasted"), [((), 6, 1), (("--async-quorum", "--num-workers", "2"), 7, 2)],
-                         ids=["sync", "async-2-workers"])
+@pytest.mark.parametrize(("options", "trains_from", "wasted"),
+                         [((), 6, 1), (("--async-quorum", "--num-workers", "2"), 7, 2)], ids=["sync", "async-2-workers"])
 def test_a_group_killed_mid_step_and_restarted_loses_and_repeats_nothing(tmp_path, options, trains_from, wasted):
     """The issue's scenario through ManagedLoader: 0 lost, 0 repeated. The step cut by the kill
     did not commit and its positions were served again; g1 comes back in step 6's quorum. With
@@ -81,7 +81,8 @@ def test_a_group_killed_mid_step_and_restarted_loses_and_repeats_nothing(tmp_pat
 def test_groups_of_two_ranks_one_killed_mid_step_and_restarted_lose_and_repeat_nothing(tmp_path):
     """2 replica groups of 2 processes each (each rank its own Manager and its own shard of the
     group's part, gradients averaged inside the group with gloo): both ranks of g1 are SIGKILLed
-    in the middle of step 3; g0 commits steps 3-5 alone; g1 comes back at step 6, each rank healed from g0's rank of the same group rank. 80 samples, 8 per step of 2 groups."""
+    in the middle of step 3; g0 commits steps 3-5 alone; g1 comes back at step 6, each rank
+    healed from g0's rank of the same group rank. 80 samples, 8 per step of 2 groups."""
     size = 80
     with TorchftJob(tmp_path, ["--dataset-size", str(size), "--batch-size", "2"]) as job:
         g0 = job.start("g0", "--hold-at-step", "6", ranks=2)
