@@ -131,7 +131,7 @@ def run(quick: bool) -> list[FigureResult]:
     first.notes.append(
         "From the restarted group's Manager coming up (its Manager constructed and its loader built) to the first "
         "batch it trains on: its first quorum (which waits for the healthy group, released once the restarted "
-        "group's quorum request waits at the lighthouse: polls of 50 ms of the lighthouse's status, then of the "
+        "group's quorum request waits at the lighthouse: polls of 5 ms of the lighthouse's status, then of the "
         "hold's file), the hand-off of model and optimizer (and, for ManagedLoader, the loader's position), and "
         "its first batch. With torchft's sampler that batch is the start of its static shard again.")
     data.notes.append(

@@ -40,7 +40,7 @@ from dist_resume.demo.data import SyntheticDataset, make_model
 from dist_resume.demo.records import EpochPositions, fingerprint
 from dist_resume.integrations.torchft import ManagedLoader, allreduce_gradients
 
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.005  # a held group's release is within B11-first-data's timed restart
 
 
 def parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ from pathlib import Path
 from dist_resume.demo.job import JobError, free_port, job_env, wait_until_gone
 
 _POLL_SECONDS = 0.05
+_STATUS_POLL_SECONDS = 0.005  # join_at's wait is within B11-first-data's timed restart
 # The next quorum's line of the lighthouse's /status page: "[<live>/<all> participants healthy]",
 # the groups whose quorum requests wait there, those whose Managers still beat first.
 _WAITING = re.compile(r"\[(\d+)/\d+ participants healthy\]")
@@ -211,7 +212,7 @@ class TorchftJob:
             if time.monotonic() > deadline:
                 raise JobError(f"the lighthouse did not hold {len(requesting)} quorum requests within "
                                f"{self.timeout:.0f}s (log: {self.workdir / 'lighthouse.log'})")
-            time.sleep(_POLL_SECONDS)
+            time.sleep(_STATUS_POLL_SECONDS)
         for holder in holders:
             holder.release(step)
         return joined
