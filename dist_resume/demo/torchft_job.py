@@ -24,8 +24,8 @@ from dist_resume.demo.job import JobError, free_port, job_env, wait_until_gone
 
 _POLL_SECONDS = 0.05
 _STATUS_POLL_SECONDS = 0.005  # join_at's wait is within B11-first-data's timed restart
-# The next quorum's line of the lighthouse's /status page: "[<live>/<all> participants healthy]",
-# the groups whose quorum requests wait there, those whose Managers still beat first.
+# The lighthouse's /status page counts the quorum requests waiting for its next quorum as
+# "[<healthy>/<all> participants healthy]", healthy being those whose Managers still beat.
 _WAITING = re.compile(r"\[(\d+)/\d+ participants healthy\]")
 
 
