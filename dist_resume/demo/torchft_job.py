@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dist_resume.demo.job import JobError, free_port, job_env, wait_until_gone
@@ -27,6 +27,24 @@ _STATUS_POLL_SECONDS = 0.005  # join_at's wait is within B11-first-data's timed 
 # The lighthouse's /status page counts the quorum requests waiting for its next quorum as
 # "[<healthy>/<all> participants healthy]", healthy being those whose Managers still beat.
 _WAITING = re.compile(r"\[(\d+)/\d+ participants healthy\]")
+
+
+def _wait(done: Callable[[], bool], watched: Sequence[Group], what: str, timeout: float,
+          timed_out: Callable[[], JobError], seconds: float = _POLL_SECONDS) -> None:
+    """Wait for ``done()``, at most ``timeout`` seconds (then ``timed_out()`` is raised); a rank
+    of ``watched`` that exits before it fails the wait, named as not having reached ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        # Exits are looked at before done(): a rank that ended right after reaching it is no failure.
+        exits = [(group, group.exited_rank()) for group in watched]
+        if done():
+            return
+        for group, rank in exits:
+            if rank is not None:
+                raise group.exit_failure(rank, what)
+        if time.monotonic() > deadline:
+            raise timed_out()
+        time.sleep(seconds)
 
 
 def lighthouse_command() -> str:
@@ -66,21 +84,19 @@ class Group:
                 self.processes.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=job_env(),
                                                        process_group=group))
 
-    def _until(self, done, what: str, ending: bool = False) -> None:
+    def _until(self, done: Callable[[], bool], what: str, ending: bool = False) -> None:
         """Wait for ``done()``; a rank that exits first fails the wait, unless it waits for the end."""
-        deadline = time.monotonic() + self.job.timeout
-        while not done():
-            if not ending and not done():  # done() again: a rank may have ended after reaching it
-                self.running(what)
-            if time.monotonic() > deadline:
-                raise self.failure(f"{self.replica_id} did not reach {what} within {self.job.timeout:.0f}s")
-            time.sleep(_POLL_SECONDS)
+        _wait(done, [] if ending else [self], what, self.job.timeout,
+              lambda: self.failure(f"{self.replica_id} did not reach {what} within {self.job.timeout:.0f}s"))
 
-    def running(self, before: str) -> None:
-        """Raise if one of its ranks exited (``before`` the wait's end, named in the error)."""
-        for rank, process in enumerate(self.processes):
-            if process.poll() is not None:
-                raise self.failure(f"{self._name(rank)} exited with code {process.returncode} before {before}", rank)
+    def exited_rank(self) -> int | None:
+        """The first of its ranks that exited, None while all of them run."""
+        return next((rank for rank, process in enumerate(self.processes) if process.poll() is not None), None)
+
+    def exit_failure(self, rank: int, before: str) -> JobError:
+        """The error of rank ``rank`` having exited before ``before``."""
+        return self.failure(f"{self._name(rank)} exited with code {self.processes[rank].returncode} before {before}",
+                            rank)
 
     def _name(self, rank: int) -> str:
         return self.replica_id if len(self.processes) == 1 else f"{self.replica_id} rank {rank}"
@@ -105,10 +121,6 @@ class Group:
     def release(self, step: int) -> None:
         for prefix in self.hold_prefixes:
             Path(f"{prefix}-{step}.release").write_text("")
-
-    def alive(self) -> bool:
-        """Whether all its ranks run."""
-        return all(process.poll() is None for process in self.processes)
 
     def exited(self) -> int:
         """Wait for the end of all its ranks; their exit code (a negative signal number if
@@ -204,15 +216,12 @@ class TorchftJob:
         joined = [self.start(replica_id, ranks=ranks).ready() for replica_id in replica_ids]
         # Released earlier, the holders (all of the last quorum's groups) would form the step's
         # quorum at once without a group whose request had not reached the lighthouse yet.
-        requesting = [group for group in self.groups if group not in holders and group.alive()]
-        deadline = time.monotonic() + self.timeout
-        while self.quorum_requests() != len(requesting):
-            for group in requesting:
-                group.running("its quorum request reached the lighthouse")
-            if time.monotonic() > deadline:
-                raise JobError(f"the lighthouse did not hold {len(requesting)} quorum requests within "
-                               f"{self.timeout:.0f}s (log: {self.workdir / 'lighthouse.log'})")
-            time.sleep(_STATUS_POLL_SECONDS)
+        requesting = [group for group in self.groups if group not in holders and group.exited_rank() is None]
+        _wait(lambda: self.quorum_requests() == len(requesting), requesting,
+              "its quorum request reached the lighthouse", self.timeout,
+              lambda: JobError(f"the lighthouse did not hold {len(requesting)} quorum requests within "
+                               f"{self.timeout:.0f}s (log: {self.workdir / 'lighthouse.log'})"),
+              _STATUS_POLL_SECONDS)
         for holder in holders:
             holder.release(step)
         return joined

@@ -11,9 +11,10 @@ TOKEN_LIMIT = 2**63  # token ids are int64 in every sequence
 
 def past_int64(values: numpy.ndarray) -> int | None:
     """The largest of integer `values` if int64 cannot hold it (uint64 only), else None."""
-    if values.dtype == numpy.uint64 and values.size and int(values.max()) >= TOKEN_LIMIT:
-        return int(values.max())
-    return None
+    if values.dtype != numpy.uint64 or not values.size:
+        return None
+    largest = int(values.max())
+    return largest if largest >= TOKEN_LIMIT else None
 
 
 def document_tokens(document: Any, field: str | None, number: int) -> numpy.ndarray:
