@@ -59,8 +59,9 @@ def balanced_rounds(names: list[Key]) -> list[list[Key]]:
     """One order of `names` per round, to be run one round after another and then again from
     the first: over each such cycle, every name directly follows every name (itself only from
     one round to the next) equally often, so that what a case inherits from the case before
-    it falls on all alike. `rotated` does not give that: its rounds keep one cyclic order, in
-    which a name always follows the same one within a round."""
+    it falls on all alike, and every name takes every place in a round equally often, so that
+    what changes within a round falls on all alike too. `rotated` does not give that: its
+    rounds keep one cyclic order, in which a name always follows the same one within a round."""
     if len(names) > _MOST_BALANCED:
         raise ValueError(f"balanced orders are searched for up to {_MOST_BALANCED} cases, got {len(names)}")
     for times in (1, 2):
@@ -72,25 +73,30 @@ def balanced_rounds(names: list[Key]) -> list[list[Key]]:
 
 def _rounds_with_pairs(count: int, times: int) -> list[list[int]] | None:
     """`times * count` permutations of `range(count)` in which, read as one sequence that wraps
-    around, every ordered pair of neighbours occurs `times` times; None if there is none."""
+    around, every ordered pair of neighbours occurs `times` times, and every number takes
+    every place of a permutation `times` times; None if there is none."""
     length = times * count * count
     pairs = {(first, then): 0 for first in range(count) for then in range(count)}
+    places = {(number, place): 0 for number in range(count) for place in range(count)}
     sequence: list[int] = []
 
     def extend() -> bool:
         if len(sequence) == length:
             return pairs[sequence[-1], sequence[0]] < times
-        round_ = sequence[len(sequence) - len(sequence) % count:]
+        place = len(sequence) % count
+        round_ = sequence[len(sequence) - place:]
         for then in range(count):
             pair = (sequence[-1], then) if sequence else None
-            if then in round_ or (pair is not None and pairs[pair] == times):
+            if then in round_ or (pair is not None and pairs[pair] == times) or places[then, place] == times:
                 continue
             if pair is not None:
                 pairs[pair] += 1
+            places[then, place] += 1
             sequence.append(then)
             if extend():
                 return True
             sequence.pop()
+            places[then, place] -= 1
             if pair is not None:
                 pairs[pair] -= 1
         return False

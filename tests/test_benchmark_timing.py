@@ -27,9 +27,18 @@ def test_every_case_follows_every_case_equally_often(count: int) -> None:
     assert len(set(neighbours.values())) == 1
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_every_case_takes_every_place_in_a_round_equally_often(count: int) -> None:
+    names = ["managed", "unseeded", "sampler", "sampler-again"][:count]
+    rounds = balanced_rounds(names)
+    places = Counter((name, place) for round_ in rounds for place, name in enumerate(round_))
+    assert set(places) == {(name, place) for name in names for place in range(count)}
+    assert set(places.values()) == {len(rounds) // count}
+
+
 def test_the_four_loaders_of_b11_need_a_cycle_of_eight_rounds() -> None:
-    assert balanced_rounds(list("MUSA")) == [list("MUSA"), list("AMUS"), list("SMAU"), list("UMSA"),
-                                             list("AUMS"), list("SUAM"), list("MASU"), list("UASM")]
+    assert balanced_rounds(list("MUSA")) == [list("MUSA"), list("AMUS"), list("SMAU"), list("UAMS"),
+                                             list("SUMA"), list("ASUM"), list("MSAU"), list("UASM")]
 
 
 def test_rotated_rounds_do_not_balance_what_follows_what() -> None:
