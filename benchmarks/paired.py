@@ -1,5 +1,5 @@
 """Paired ratios of loaders timed side by side in rounds, and how far their median can be
-trusted: a bootstrap interval over the rounds."""
+trusted: a bootstrap interval over the launches of the job and their rounds."""
 
 from __future__ import annotations
 
@@ -24,13 +24,18 @@ def ratio_pairs(ours: list[list[float]], theirs: list[list[float]]) -> list[list
     return per_round(operator.truediv, ours, theirs)
 
 
-def median_interval(rounds: list[list[float]], level: float = 0.9, resamples: int = 2000,
+def median_interval(launches: list[list[list[float]]], level: float = 0.9, resamples: int = 2000,
                     seed: int = 0) -> tuple[float, float, float]:
-    """The median of every round's ratios, and its `level` bootstrap interval: rounds drawn
-    with replacement, each with all its ratios (the groups of a round share its load)."""
-    median = statistics.median(ratio for round_ in rounds for ratio in round_)
+    """The median of every ratio of every launch's rounds (`launches[l][r]`: the ratios of
+    round r of launch l, one per group), and its `level` bootstrap interval: launches drawn
+    with replacement, then each drawn launch's rounds, each round with all its ratios (the
+    groups of a round share its load, the rounds of a launch its processes: their memory
+    layout, their threads' cores)."""
+    median = statistics.median(ratio for rounds in launches for round_ in rounds for ratio in round_)
     draw = random.Random(seed)
-    medians = sorted(statistics.median(ratio for round_ in draw.choices(rounds, k=len(rounds)) for ratio in round_)
-                     for _ in range(resamples))
+    medians = sorted(
+        statistics.median(ratio for rounds in draw.choices(launches, k=len(launches))
+                          for round_ in draw.choices(rounds, k=len(rounds)) for ratio in round_)
+        for _ in range(resamples))
     tail = (1 - level) / 2
     return median, medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
