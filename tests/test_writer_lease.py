@@ -138,12 +138,19 @@ def test_a_live_lease_of_a_later_version_is_still_refused(tmp_path: Path) -> Non
         _save(url, 1)
 
 
-@pytest.mark.parametrize("content", [b"not a lease", b"", b"{}", b" " * 5000])
-def test_a_lease_record_that_names_no_job_is_taken_over(tmp_path: Path, content: bytes) -> None:
+@pytest.mark.parametrize("content", [b"not a lease", b"", b"{}", b" " * 5000, b"x" * 70000])
+def test_a_lease_record_that_names_no_job_is_taken_over_saying_so(tmp_path: Path, content: bytes) -> None:
+    """A damaged lease cannot show that a job holds it: it is taken over at once, and the
+    save says which file it took over, and why."""
     url = str(tmp_path / "run")
     os.makedirs(url)
     Path(url, ".writer_lease_0").write_bytes(content)
-    _save(url, 1)
+    with pytest.warns(UserWarning, match="^" + re.escape(
+            f"dist_resume: {url}'s writer lease .writer_lease_0 holds no lease record (damaged, emptied, removed, or written "
+            "by something other than dist-resume), so it showed no job writing there; this job took the lease over "
+            "as .writer_lease_1 (a job still writing there finds .writer_lease_1 at its next heartbeat or save, and "
+            "writes no more)") + "$"):
+        _save(url, 1)
     assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
 
 

@@ -8,7 +8,8 @@ and no generation is ever created twice. A daemon thread of the holder rewrites 
 every refresh period (its heartbeat; a slow or failing store delays the thread, never the
 training), and a clean exit marks it released.
 
-Another job's lease is taken over at once if it is released, names no job, is the same
+Another job's lease is taken over at once if it is released, names no job (said in a
+warning: a damaged lease shows no one), is the same
 torchrun job's (torchrun restarted its workers) or its process is gone from this machine;
 else this job watches it (``lease_watch``): seen changing, it is alive and the save is
 refused naming its job; seen unchanged for ``STALE_PERIODS`` of its refresh periods, it is
@@ -151,6 +152,12 @@ def take(store: CheckpointStore) -> Lease:
             watch.see(_look(files))
         generation = "0" if sight is None else successor(sight[0])
         if files.create(generation, me.encode()):
+            if sight is not None and holder is None:
+                warnings.warn(f"dist_resume: {files.url}'s writer lease {PREFIX}{sight[0]} holds no lease record "
+                              "(damaged, emptied, removed, or written by something other than dist-resume), so it "
+                              f"showed no job writing there; this job took the lease over as {PREFIX}{generation} (a "
+                              f"job still writing there finds {PREFIX}{generation} at its next heartbeat or save, and "
+                              "writes no more)")
             return Lease(files, me, generation)
         watch.see(_look(files))  # another job created it first: a change this job saw
     raise CheckpointError(f"cannot save to {files.url}: {_ATTEMPTS} times another job created the writer lease "
