@@ -65,13 +65,13 @@ def balanced_rounds(names: list[Key]) -> list[list[Key]]:
     if len(names) > _MOST_BALANCED:
         raise ValueError(f"balanced orders are searched for up to {_MOST_BALANCED} cases, got {len(names)}")
     for times in (1, 2):
-        found = _rounds_with_pairs(len(names), times)
+        found = _balanced_permutations(len(names), times)
         if found is not None:
             return [[names[index] for index in round_] for round_ in found]
     raise AssertionError(f"no balanced order of {len(names)} cases")  # 2n rounds exist up to _MOST_BALANCED
 
 
-def _rounds_with_pairs(count: int, times: int) -> list[list[int]] | None:
+def _balanced_permutations(count: int, times: int) -> list[list[int]] | None:
     """`times * count` permutations of `range(count)` in which, read as one sequence that wraps
     around, every ordered pair of neighbours occurs `times` times, and every number takes
     every place of a permutation `times` times; None if there is none."""
