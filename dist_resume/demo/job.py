@@ -12,11 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dist_resume
+from dist_resume.demo.polling import poll_until
 
 _POLL_SECONDS = 0.1
 _PACKAGE_ROOT = str(Path(dist_resume.__file__).resolve().parents[1])
@@ -93,25 +93,29 @@ class TrainingJob:
                        on_poll: Callable[[], None] = lambda: None) -> list[int]:
         """Wait until the job writes ``pause_file`` (see train.py's --pause-at-step); return
         the worker pids it lists."""
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(pause_file):
+        def paused() -> bool:
+            if os.path.exists(pause_file):
+                return True
             if self.process.poll() is not None:
                 raise self._failure(f"the job exited with code {self.process.returncode} before its pause")
-            if time.monotonic() > deadline:
-                raise self._failure(f"the job did not reach its pause within {timeout:.0f}s")
             on_poll()
-            time.sleep(_POLL_SECONDS)
+            return False
+
+        poll_until(paused, timeout, lambda: self._failure(f"the job did not reach its pause within {timeout:.0f}s"),
+                   _POLL_SECONDS)
         on_poll()
         return json.loads(Path(pause_file).read_text())["pids"]
 
     def wait(self, timeout: float, on_poll: Callable[[], None] = lambda: None) -> None:
         """Wait for the job to finish; raise unless it succeeded."""
-        deadline = time.monotonic() + timeout
-        while self.process.poll() is None:
-            if time.monotonic() > deadline:
-                raise self._failure(f"the job did not finish within {timeout:.0f}s")
+        def finished() -> bool:
+            if self.process.poll() is not None:
+                return True
             on_poll()
-            time.sleep(_POLL_SECONDS)
+            return False
+
+        poll_until(finished, timeout, lambda: self._failure(f"the job did not finish within {timeout:.0f}s"),
+                   _POLL_SECONDS)
         on_poll()
         if self.process.returncode:
             raise self._failure(f"the job exited with code {self.process.returncode}")
@@ -136,11 +140,8 @@ def kill_workers(pids: Sequence[int], timeout: float = 60) -> None:
 def wait_until_gone(pids: Sequence[int], timeout: float, what: str) -> None:
     """Return once every process of ``pids`` has exited; raise JobError ("... {what} for N s")
     if one still runs after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not all(_gone(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            raise JobError(f"worker processes {list(pids)} {what} for {timeout:.0f}s")
-        time.sleep(_POLL_SECONDS)
+    poll_until(lambda: all(_gone(pid) for pid in pids), timeout,
+               lambda: JobError(f"worker processes {list(pids)} {what} for {timeout:.0f}s"), _POLL_SECONDS)
 
 
 def last_recorded_step(record_dir: str | os.PathLike) -> int:

@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dist_resume.demo.job import JobError, free_port, job_env, wait_until_gone
+from dist_resume.demo.polling import poll_until
 
 _POLL_SECONDS = 0.05
 _STATUS_POLL_SECONDS = 0.005  # join_at's wait is within B11-first-data's timed restart
@@ -33,18 +33,17 @@ def _wait(done: Callable[[], bool], watched: Sequence[Group], what: str, timeout
           timed_out: Callable[[], JobError], seconds: float = _POLL_SECONDS) -> None:
     """Wait for ``done()``, at most ``timeout`` seconds (then ``timed_out()`` is raised); a rank
     of ``watched`` that exits before it fails the wait, named as not having reached ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def reached() -> bool:
         # Exits are looked at before done(): a rank that ended right after reaching it is no failure.
         exits = [(group, group.exited_rank()) for group in watched]
         if done():
-            return
+            return True
         for group, rank in exits:
             if rank is not None:
                 raise group.exit_failure(rank, what)
-        if time.monotonic() > deadline:
-            raise timed_out()
-        time.sleep(seconds)
+        return False
+
+    poll_until(reached, timeout, timed_out, seconds)
 
 
 def lighthouse_command() -> str:
@@ -168,18 +167,19 @@ class TorchftJob:
         self._until_listening(port)
 
     def _until_listening(self, port: int) -> None:
-        deadline = time.monotonic() + self.timeout
-        while True:
+        def listening() -> bool:
             if self.lighthouse.poll() is not None:
                 raise JobError(f"the lighthouse exited with code {self.lighthouse.returncode} "
                                f"(log: {self.workdir / 'lighthouse.log'})")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
             except OSError:
-                if time.monotonic() > deadline:
-                    raise JobError(f"the lighthouse did not listen on 127.0.0.1:{port} within {self.timeout:.0f}s")
-                time.sleep(_POLL_SECONDS)
+                return False
+            return True
+
+        poll_until(listening, self.timeout,
+                   lambda: JobError(f"the lighthouse did not listen on 127.0.0.1:{port} within {self.timeout:.0f}s"),
+                   _POLL_SECONDS)
 
     def __enter__(self) -> TorchftJob:
         return self
