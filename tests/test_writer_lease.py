@@ -163,6 +163,23 @@ def test_a_released_lease_is_taken_at_once(tmp_path: Path) -> None:
     assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
 
 
+def test_a_forced_takeover_of_a_live_lease_names_the_job_it_took_it_from(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator forced it; the job's log says whose lease was taken, and what that job will do."""
+    url = str(tmp_path / "run")
+    os.makedirs(url)
+    monkeypatch.setenv("DIST_RESUME_TAKE_OVER", "1")
+    taken = (re.escape(f"dist_resume: {url}: DIST_RESUME_TAKE_OVER=1 took over the writer lease of another job (host "
+                       "another-host, pid 4242, started ") + TIME
+             + re.escape(", lease .writer_lease_0) as .writer_lease_1, without waiting to see whether that job still "
+                         "runs (a job still writing there finds .writer_lease_1 at its next heartbeat or save, and "
+                         "writes no more)"))
+    with beating(Path(url, ".writer_lease_0")), pytest.warns(UserWarning, match="^" + taken + "$"):
+        _save(url, 1)
+    assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
+    assert [info.step for info in list_checkpoints(url)] == [1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("refresh", "ends"), [("0.2", False), ("0.2", True), ("3600", False)],
                          ids=["at_its_heartbeat", "after_the_new_job_ended", "before_any_heartbeat"])
@@ -177,7 +194,9 @@ def test_take_over_a_live_lease_and_the_old_writer_never_commits_again(tmp_path:
                             DIST_RESUME_LEASE_REFRESH=refresh)
     try:
         monkeypatch.setenv("DIST_RESUME_TAKE_OVER", "1")
-        _save(url, 100)
+        with pytest.warns(UserWarning, match=re.escape(f"DIST_RESUME_TAKE_OVER=1 took over the writer lease of another "
+                                                       f"job (host {socket.gethostname()}, pid {first.pid}, started ")):
+            _save(url, 100)
         if ends:
             release_all()
         (tmp_path / "handshake" / "go").write_text("")

@@ -13,7 +13,8 @@ warning: a damaged lease shows no one), is the same
 torchrun job's (torchrun restarted its workers) or its process is gone from this machine;
 else this job watches it (``lease_watch``): seen changing, it is alive and the save is
 refused naming its job; seen unchanged for ``STALE_PERIODS`` of its refresh periods, it is
-stale and taken over. ``DIST_RESUME_TAKE_OVER=1`` takes over the lease this job found.
+stale and taken over. ``DIST_RESUME_TAKE_OVER=1`` takes over the lease this job found
+(said in a warning naming its job).
 
 A job whose lease was taken over finds its successor at every later heartbeat and before
 every save and every commit, and never writes again. Only rank 0 runs this;
@@ -151,17 +152,33 @@ def take(store: CheckpointStore) -> Lease:
             time.sleep(min(holder.refresh_seconds / _LOOKS_PER_PERIOD, _MAX_LOOK_INTERVAL))
             watch.see(_look(files))
         generation = "0" if sight is None else successor(sight[0])
+        took = _took_over(files.url, sight, holder, forced and not (holder is None or holder.released
+                                                                     or holder.replaceable_by(me)), generation)
         if files.create(generation, me.encode()):
-            if sight is not None and holder is None:
-                warnings.warn(f"dist_resume: {files.url}'s writer lease {PREFIX}{sight[0]} holds no lease record "
-                              "(damaged, emptied, removed, or written by something other than dist-resume), so it "
-                              f"showed no job writing there; this job took the lease over as {PREFIX}{generation} (a "
-                              f"job still writing there finds {PREFIX}{generation} at its next heartbeat or save, and "
-                              "writes no more)")
+            if took:
+                warnings.warn(took)
             return Lease(files, me, generation)
         watch.see(_look(files))  # another job created it first: a change this job saw
     raise CheckpointError(f"cannot save to {files.url}: {_ATTEMPTS} times another job created the writer lease "
                           "generation this job was about to create (many jobs starting on the same URL?)")
+
+
+def _took_over(url: str, sight: tuple[str, bytes | None] | None, holder: Holder | None, forced: bool,
+               generation: str) -> str | None:
+    """What an operator is told once this job has created lease ``generation`` over ``sight``:
+    that it took over a lease it could not show to be free (``forced``: a live-looking one,
+    by DIST_RESUME_TAKE_OVER=1). None when there was nothing to tell: no lease, a released
+    one, one whose job restarted or is gone, or one watched until stale (said while watched)."""
+    if sight is None or (holder is not None and not forced):
+        return None
+    new = PREFIX + generation
+    after = f"(a job still writing there finds {new} at its next heartbeat or save, and writes no more)"
+    if holder is None:
+        return (f"dist_resume: {url}'s writer lease {PREFIX}{sight[0]} holds no lease record (damaged, emptied, removed, "
+                f"or written by something other than dist-resume), so it showed no job writing there; this job took "
+                f"the lease over as {new} {after}")
+    return (f"dist_resume: {url}: {TAKE_OVER_ENV}=1 took over the writer lease of another job ({holder.describe()}, "
+            f"lease {PREFIX}{sight[0]}) as {new}, without waiting to see whether that job still runs {after}")
 
 
 def _refusal(files: LeaseFiles, watch: Watch, holder: Holder, generation: str) -> CheckpointError:
