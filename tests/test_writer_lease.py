@@ -146,10 +146,10 @@ def test_a_lease_record_that_names_no_job_is_taken_over_saying_so(tmp_path: Path
     os.makedirs(url)
     Path(url, ".writer_lease_0").write_bytes(content)
     with pytest.warns(UserWarning, match="^" + re.escape(
-            f"dist_resume: {url}'s writer lease .writer_lease_0 holds no lease record (damaged, emptied, removed, or written "
-            "by something other than dist-resume), so it showed no job writing there; this job took the lease over "
-            "as .writer_lease_1 (a job still writing there finds .writer_lease_1 at its next heartbeat or save, and "
-            "writes no more)") + "$"):
+            f"dist_resume: {url}'s writer lease .writer_lease_0 holds no lease record (damaged, emptied, removed, or "
+            "written by something other than dist-resume), so it showed no job writing there; this job took the lease "
+            "over as .writer_lease_1 (a job still writing there finds .writer_lease_1 at its next heartbeat or "
+            "save, and writes no more)") + "$"):
         _save(url, 1)
     assert leases(url) == [".writer_lease_0", ".writer_lease_1"]
 

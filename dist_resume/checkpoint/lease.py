@@ -8,13 +8,12 @@ and no generation is ever created twice. A daemon thread of the holder rewrites 
 every refresh period (its heartbeat; a slow or failing store delays the thread, never the
 training), and a clean exit marks it released.
 
-Another job's lease is taken over at once if it is released, names no job (said in a
-warning: a damaged lease shows no one), is the same
-torchrun job's (torchrun restarted its workers) or its process is gone from this machine;
-else this job watches it (``lease_watch``): seen changing, it is alive and the save is
-refused naming its job; seen unchanged for ``STALE_PERIODS`` of its refresh periods, it is
-stale and taken over. ``DIST_RESUME_TAKE_OVER=1`` takes over the lease this job found
-(said in a warning naming its job).
+Another job's lease is taken over at once if it is released, names no job (damaged: said
+in a warning), is the same torchrun job's (torchrun restarted its workers) or its process is
+gone from this machine; else this job watches it (``lease_watch``): seen changing, it is
+alive and the save is refused naming its job; seen unchanged for ``STALE_PERIODS`` of its
+refresh periods, it is stale and taken over. ``DIST_RESUME_TAKE_OVER=1`` takes over the
+lease this job found (said in a warning naming its job).
 
 A job whose lease was taken over finds its successor at every later heartbeat and before
 every save and every commit, and never writes again. Only rank 0 runs this;
@@ -152,8 +151,8 @@ def take(store: CheckpointStore) -> Lease:
             time.sleep(min(holder.refresh_seconds / _LOOKS_PER_PERIOD, _MAX_LOOK_INTERVAL))
             watch.see(_look(files))
         generation = "0" if sight is None else successor(sight[0])
-        took = _took_over(files.url, sight, holder, forced and not (holder is None or holder.released
-                                                                     or holder.replaceable_by(me)), generation)
+        live = holder is not None and not holder.released and not holder.replaceable_by(me)
+        took = _took_over(files.url, sight, holder, forced and live, generation)
         if files.create(generation, me.encode()):
             if took:
                 warnings.warn(took)
@@ -174,9 +173,9 @@ def _took_over(url: str, sight: tuple[str, bytes | None] | None, holder: Holder 
     new = PREFIX + generation
     after = f"(a job still writing there finds {new} at its next heartbeat or save, and writes no more)"
     if holder is None:
-        return (f"dist_resume: {url}'s writer lease {PREFIX}{sight[0]} holds no lease record (damaged, emptied, removed, "
-                f"or written by something other than dist-resume), so it showed no job writing there; this job took "
-                f"the lease over as {new} {after}")
+        return (f"dist_resume: {url}'s writer lease {PREFIX}{sight[0]} holds no lease record (damaged, emptied, "
+                "removed, or written by something other than dist-resume), so it showed no job writing there; this "
+                f"job took the lease over as {new} {after}")
     return (f"dist_resume: {url}: {TAKE_OVER_ENV}=1 took over the writer lease of another job ({holder.describe()}, "
             f"lease {PREFIX}{sight[0]}) as {new}, without waiting to see whether that job still runs {after}")
 
