@@ -56,8 +56,10 @@ def test_a_lease_is_judged_by_what_this_job_sees_change_never_by_its_recorded_ti
         released = released_at is not None and i >= released_at
         changed = changed or (i > 0 and (change or released_at == i))
         first_sight_kept = first_sight_kept and not (i > 0 and (change or released_at == i))
-        if released or (forced and first_sight_kept):
+        if released:
             expected = Verdict.TAKE
+        elif forced and first_sight_kept:
+            expected = Verdict.FORCE
         elif changed:
             expected = Verdict.REFUSE
         elif clock - looks[0][0] >= 4 * refresh:  # watched that long, by this job's clock

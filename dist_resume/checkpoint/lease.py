@@ -138,7 +138,7 @@ def take(store: CheckpointStore) -> Lease:
             sight = watch.latest.sight
             holder = None if sight is None else Holder.parse(sight[1] or b"")
             verdict = watch.verdict(holder, me, forced)
-            if verdict is Verdict.TAKE:
+            if verdict in (Verdict.TAKE, Verdict.FORCE):
                 break
             if verdict is Verdict.REFUSE:
                 raise _refusal(files, watch, holder, sight[0])
@@ -151,8 +151,7 @@ def take(store: CheckpointStore) -> Lease:
             time.sleep(min(holder.refresh_seconds / _LOOKS_PER_PERIOD, _MAX_LOOK_INTERVAL))
             watch.see(_look(files))
         generation = "0" if sight is None else successor(sight[0])
-        live = holder is not None and not holder.released and not holder.replaceable_by(me)
-        took = _took_over(files.url, sight, holder, forced and live, generation)
+        took = _took_over(files.url, sight, holder, verdict is Verdict.FORCE, generation)
         if files.create(generation, me.encode()):
             if took:
                 warnings.warn(took)

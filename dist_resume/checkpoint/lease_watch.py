@@ -28,6 +28,7 @@ class Look:
 
 class Verdict(enum.Enum):
     TAKE = "take"  # create the next generation
+    FORCE = "force"  # create it over a lease not shown free: DIST_RESUME_TAKE_OVER=1
     REFUSE = "refuse"  # another job is alive there
     WAIT = "wait"  # look again
 
@@ -54,7 +55,7 @@ class Watch:
         if holder is None or holder.released or holder.replaceable_by(me):
             return Verdict.TAKE
         if forced and self.latest.sight == self.first.sight:
-            return Verdict.TAKE
+            return Verdict.FORCE
         if self.change is not None:
             return Verdict.REFUSE
         if self.latest.monotonic - self.first.monotonic >= holder.stale_after:
